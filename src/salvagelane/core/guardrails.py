@@ -1,0 +1,309 @@
+"""The per-item guardrail chain: a fixed pipeline of small steps.
+
+Each step takes an item under review and returns it (possibly parsed or
+normalised further) or a rejection; the first rejection quarantines the item.
+The order is part of the contract (docs/adr/0001-producer-trust-boundary.md):
+cheap structural checks on the raw span before any parser sees it, then the
+strict parse, then shape, then meaning. ``over_limit`` runs last, over the
+survivors, so an invalid item never takes a valid item's slot.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from json.decoder import scanstring
+from typing import Any
+
+from salvagelane.core.coercion import coerce
+from salvagelane.core.records import (
+    _NO_REPAIR,
+    Coercion,
+    CorrectionSignal,
+    JSONValue,
+    Reason,
+)
+from salvagelane.core.repair import repair_truncated
+from salvagelane.core.scanner import Candidate, Closure
+from salvagelane.core.schema import ItemSchema
+from salvagelane.core.strict import Parsed, describe, parse_item
+from salvagelane.errors import ConfigurationError
+
+_UNPARSED: Any = object()
+_ALLOW_LIST_PREVIEW = 12
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Guardrails:
+    """Limits and lists every item must respect. All limits are inclusive."""
+
+    max_bytes: int = 8 * 1024 * 1024
+    max_depth: int = 32
+    max_string_length: int = 8192
+    max_items: int | None = None
+    rank_key: str | None = None
+    allow_lists: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    coerce: bool = False
+    snippet_chars: int = 240
+
+    def __post_init__(self) -> None:
+        for name in ("max_bytes", "max_depth", "max_string_length", "snippet_chars"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"guardrails: {name} must be at least 1")
+        if self.max_items is not None and self.max_items < 0:
+            raise ConfigurationError("guardrails: max_items must be 0 or more")
+        for name in self.allow_lists:
+            if not name or any(not part for part in name.split(".")):
+                raise ConfigurationError(f"guardrails: allow-list field {name!r} is not a path")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Review:
+    """An item moving through the chain."""
+
+    candidate: Candidate
+    text: str
+    data: JSONValue = _UNPARSED
+    coercions: tuple[Coercion, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Rejection:
+    reason: Reason
+    signal: CorrectionSignal
+    repaired: JSONValue = _NO_REPAIR
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChainContext:
+    guardrails: Guardrails
+    schema: ItemSchema | None
+
+
+Step = Callable[[Review, ChainContext], "Review | Rejection"]
+"""One guardrail: pass the item on (maybe transformed) or reject it."""
+
+
+_LONG_TOKEN = re.compile(r'"(?:[^"\\]++|\\.)*+"?|-?[0-9][0-9.eE+\-]*+')
+
+
+def check_size(review: Review, ctx: ChainContext) -> Review | Rejection:
+    """too_deep / too_long, measured on the raw span: no parser has seen it yet."""
+    limits = ctx.guardrails
+    if review.candidate.depth > limits.max_depth:
+        return Rejection(
+            reason=Reason.TOO_DEEP,
+            signal=CorrectionSignal(
+                code="too_deep",
+                path="$",
+                expected=f"at most {limits.max_depth} nested containers",
+                received=f"{review.candidate.depth} nested containers",
+            ),
+        )
+    longest, at = longest_token(review.text, limits.max_string_length)
+    if longest > limits.max_string_length:
+        return Rejection(
+            reason=Reason.TOO_LONG,
+            signal=CorrectionSignal(
+                code="too_long",
+                path="$",
+                expected=f"strings and numbers of at most {limits.max_string_length} characters",
+                received=f"{longest} characters",
+                detail=f"at offset {review.candidate.span.start + at}",
+            ),
+        )
+    return review
+
+
+def longest_token(text: str, limit: int) -> tuple[int, int]:
+    """Length and offset of the longest string or number token, if any exceeds ``limit``."""
+    if len(text) <= limit:
+        return 0, 0  # no token can be longer than the text that holds it
+    best, best_at = 0, 0
+    for match in _LONG_TOKEN.finditer(text):
+        token = match.group()
+        length = len(token)
+        if token.startswith('"'):
+            length = _string_length(token, limit)
+        if length > best:
+            best, best_at = length, match.start()
+    return best, best_at
+
+
+def _string_length(token: str, limit: int) -> int:
+    inner = len(token) - (2 if len(token) > 1 and token.endswith('"') else 1)
+    if inner <= limit or inner > 6 * limit or not token.endswith('"'):
+        return inner  # escapes cannot shrink it under the limit, or it is cut off
+    try:
+        return len(scanstring(token, 1)[0])
+    except ValueError:
+        return inner
+
+
+def check_truncated(review: Review, ctx: ChainContext) -> Review | Rejection:
+    """A cut-off item is never accepted; its repair goes to the operator."""
+    if review.candidate.closure is not Closure.TRUNCATED:
+        return review
+    repaired = repair_truncated(review.text)
+    return Rejection(
+        reason=Reason.TRUNCATED,
+        signal=CorrectionSignal(
+            code="truncated",
+            path="$",
+            expected="a complete item",
+            received="output that ends inside the item",
+            detail=f"cut at offset {review.candidate.span.end}",
+        ),
+        repaired=_NO_REPAIR if repaired is None else repaired,
+    )
+
+
+def parse_strictly(review: Review, ctx: ChainContext) -> Review | Rejection:
+    """malformed: strict parse of the span (or damage the scanner already saw)."""
+    candidate = review.candidate
+    parsed = parse_item(review.text, offset=candidate.span.start)
+    if candidate.closure is Closure.BROKEN or not isinstance(parsed, Parsed):
+        if isinstance(parsed, Parsed) or candidate.stray:
+            signal = CorrectionSignal(
+                code="stray_text" if candidate.stray else "damaged",
+                path="$",
+                expected="a JSON value" if candidate.stray else "a well-formed item",
+                received=describe(review.text, limit=40),
+                detail=candidate.defect,
+            )
+        else:
+            signal = parsed.signal
+        return Rejection(reason=Reason.MALFORMED, signal=signal)
+    return replace(review, data=parsed.value)
+
+
+def require_object(review: Review, ctx: ChainContext) -> Review | Rejection:
+    if isinstance(review.data, dict):
+        return review
+    return Rejection(
+        reason=Reason.NOT_OBJECT,
+        signal=CorrectionSignal(
+            code="not_object",
+            path="$",
+            expected="an object",
+            received=describe(review.data),
+        ),
+    )
+
+
+def normalise(review: Review, ctx: ChainContext) -> Review | Rejection:
+    if not ctx.guardrails.coerce or ctx.schema is None:
+        return review
+    data, coercions = coerce(review.data, ctx.schema.schema)
+    return replace(review, data=data, coercions=coercions)
+
+
+def validate_schema(review: Review, ctx: ChainContext) -> Review | Rejection:
+    if ctx.schema is None:
+        return review
+    signal = ctx.schema.check(review.data)
+    return review if signal is None else Rejection(reason=Reason.SCHEMA, signal=signal)
+
+
+def check_allow_lists(review: Review, ctx: ChainContext) -> Review | Rejection:
+    """A field's value must be a known one: invented or injected references stop here."""
+    for field_path, allowed in ctx.guardrails.allow_lists.items():
+        found, value = lookup(review.data, field_path)
+        if not found:
+            continue  # absence is the schema's business (``required``)
+        values = value if isinstance(value, list) else [value]
+        for position, element in enumerate(values):
+            if isinstance(element, str) and element in allowed:
+                continue
+            path = "$." + field_path + (f"[{position}]" if isinstance(value, list) else "")
+            preview = ", ".join(sorted(allowed)[:_ALLOW_LIST_PREVIEW])
+            if len(allowed) > _ALLOW_LIST_PREVIEW:
+                preview += ", ..."
+            return Rejection(
+                reason=Reason.ALLOW_LIST,
+                signal=CorrectionSignal(
+                    code="not_allowed",
+                    path=path,
+                    expected=f"one of the {len(allowed)} allowed values ({preview})",
+                    received=describe(element),
+                ),
+            )
+    return review
+
+
+ITEM_CHAIN: tuple[Step, ...] = (
+    check_size,
+    check_truncated,
+    parse_strictly,
+    require_object,
+    normalise,
+    validate_schema,
+    check_allow_lists,
+)
+
+
+def review_item(review: Review, ctx: ChainContext) -> Review | Rejection:
+    """Run the chain; the first rejection wins."""
+    for step in ITEM_CHAIN:
+        outcome = step(review, ctx)
+        if isinstance(outcome, Rejection):
+            return outcome
+        review = outcome
+    return review
+
+
+def select_within_limit(
+    survivors: list[Review], guardrails: Guardrails
+) -> tuple[list[Review], list[tuple[Review, Rejection]]]:
+    """over_limit: keep the N smallest ranks (ties: order of appearance)."""
+    limit = guardrails.max_items
+    if limit is None or len(survivors) <= limit:
+        return survivors, []
+
+    def rank_of(review: Review) -> tuple[int, float, int]:
+        if guardrails.rank_key is not None:
+            found, value = lookup(review.data, guardrails.rank_key)
+            if found and isinstance(value, int | float) and not isinstance(value, bool):
+                return (0, float(value), review.candidate.index)
+        return (1, 0.0, review.candidate.index)
+
+    ordered = sorted(survivors, key=rank_of)
+    kept_ids = {id(r) for r in ordered[:limit]}
+    kept = [r for r in survivors if id(r) in kept_ids]
+    dropped: list[tuple[Review, Rejection]] = []
+    by = f"the {limit} with the smallest {guardrails.rank_key}" if guardrails.rank_key else (
+        f"the first {limit}"
+    )
+    for review in survivors:
+        if id(review) in kept_ids:
+            continue
+        found, value = (
+            lookup(review.data, guardrails.rank_key) if guardrails.rank_key else (False, None)
+        )
+        dropped.append(
+            (
+                review,
+                Rejection(
+                    reason=Reason.OVER_LIMIT,
+                    signal=CorrectionSignal(
+                        code="over_limit",
+                        path=f"$.{guardrails.rank_key}" if guardrails.rank_key else "$",
+                        expected=f"at most {limit} items (kept {by})",
+                        received=f"rank {describe(value)}" if found else "one item too many",
+                    ),
+                ),
+            )
+        )
+    return kept, dropped
+
+
+def lookup(data: JSONValue, dotted: str) -> tuple[bool, JSONValue]:
+    """Follow a dotted key path into nested objects."""
+    node = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+

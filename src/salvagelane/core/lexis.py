@@ -1,0 +1,55 @@
+"""Compiled JSON lexical patterns shared by the scanner, the strict checks and repair.
+
+Every pattern is possessive or atomic, so matching is linear in the text it
+covers: no input can make the regex engine backtrack.
+"""
+
+from __future__ import annotations
+
+import re
+
+WHITESPACE = " \t\n\r"
+"""RFC 8259 insignificant whitespace; nothing else counts (no NBSP, no form feed)."""
+
+STRING_BODY = r'(?:[^"\\\x00-\x1f]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+'
+
+WS_RUN = re.compile(r"[ \t\n\r]*+")
+
+STRING = re.compile('"' + STRING_BODY + '"')
+"""A well-formed JSON string token, quotes included."""
+
+STRING_PREFIX_TO_END = re.compile('"' + STRING_BODY + r'(?:\\(?:u[0-9a-fA-F]{0,3})?)?\Z')
+"""A string cut off by the end of the text: every character so far is legal."""
+
+NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][+-]?+[0-9]++)?+")
+
+WORD = re.compile(r"[A-Za-z0-9_.+\-]++")
+"""A run that looks like a bare token: literals, numbers and junk such as NaN."""
+
+SKIP_TO_BRACKET = re.compile(r'(?:[^"{}\[\]]++|"' + STRING_BODY + '")*+')
+"""Everything up to the next bracket or quote that is not inside a well-formed string."""
+
+KEY_COLON = re.compile('"' + STRING_BODY + r'"[ \t\n\r]*+:')
+"""An object key followed by its colon: the point where member scanning can resume."""
+
+FIRST_KEY = re.compile(r'\{[ \t\n\r]*+("' + STRING_BODY + '")[ \t\n\r]*+:')
+"""An object that opens with a key: used to learn the item signature."""
+
+STRAY_TEXT = re.compile(r"[^{}\[\]]++")
+
+LITERALS = ("true", "false", "null")
+
+
+def item_anchor(raw_key: str) -> re.Pattern[str]:
+    """The signature of an item start: ``{`` then the key every item opens with."""
+    return re.compile(r"\{[ \t\n\r]*+" + re.escape(raw_key) + r"[ \t\n\r]*+:")
+
+
+def skip_to_bracket(text: str, pos: int) -> int:
+    match = SKIP_TO_BRACKET.match(text, pos)
+    return match.end() if match else pos
+
+
+def skip_ws(text: str, pos: int) -> int:
+    match = WS_RUN.match(text, pos)
+    return match.end() if match else pos

@@ -1,0 +1,217 @@
+"""Values produced by the salvage core: spans, reasons, correction signals, results.
+
+Everything here is a frozen, keyword-only dataclass or an enum, so a result can
+be passed around, compared and serialised without anyone mutating it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+JSONValue = Any
+"""A value produced by strict JSON parsing (dict, list, str, int, float, bool, None)."""
+
+
+class Reason(enum.StrEnum):
+    """Why a candidate was quarantined. The order is the guardrail order."""
+
+    OVERSIZE = "oversize"
+    TOO_DEEP = "too_deep"
+    TOO_LONG = "too_long"
+    TRUNCATED = "truncated"
+    MALFORMED = "malformed"
+    NOT_OBJECT = "not_object"
+    SCHEMA = "schema"
+    ALLOW_LIST = "allow_list"
+    OVER_LIMIT = "over_limit"
+
+
+class Status(enum.StrEnum):
+    """How usable a salvage result is, as a whole."""
+
+    OK = "ok"  # every candidate accepted, nothing truncated
+    PARTIAL = "partial"  # some items usable, something quarantined or cut off
+    FAILED = "failed"  # nothing usable: total loss, never reported as partial
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Span:
+    """Half-open character offsets ``[start, end)`` into the raw model text."""
+
+    start: int
+    end: int
+
+    def text(self, raw: str) -> str:
+        return raw[self.start : self.end]
+
+    def to_json(self) -> list[int]:
+        return [self.start, self.end]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CorrectionSignal:
+    """A structured error a retry prompt can use: what, where, expected, received."""
+
+    code: str
+    path: str
+    expected: str
+    received: str
+    detail: str = ""
+
+    def message(self, reason: Reason | str) -> str:
+        text = f"{reason} at {self.path}: expected {self.expected}, received {self.received}"
+        return f"{text} ({self.detail})" if self.detail else text
+
+    def to_json(self) -> dict[str, str]:
+        data = {
+            "code": self.code,
+            "path": self.path,
+            "expected": self.expected,
+            "received": self.received,
+        }
+        if self.detail:
+            data["detail"] = self.detail
+        return data
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Coercion:
+    """One ambiguous scalar normalised to the schema's type; never silent."""
+
+    path: str
+    original: JSONValue
+    value: JSONValue
+    rule: str
+
+    def to_json(self) -> dict[str, JSONValue]:
+        return {"path": self.path, "from": self.original, "to": self.value, "rule": self.rule}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AcceptedItem:
+    """An item that passed every guardrail; ``data`` comes from intact model text."""
+
+    index: int
+    data: JSONValue
+    span: Span
+    coercions: tuple[Coercion, ...] = ()
+
+    def to_json(self) -> dict[str, JSONValue]:
+        return {
+            "index": self.index,
+            "data": self.data,
+            "span": self.span.to_json(),
+            "coercions": [c.to_json() for c in self.coercions],
+        }
+
+
+_NO_REPAIR: Any = object()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QuarantinedItem:
+    """A rejected candidate, with the provenance an operator needs to review it.
+
+    ``index`` is None for a whole-document rejection (``oversize``).
+    ``repaired`` holds a best-effort repair of a truncated item, for the
+    operator only: it is never accepted.
+    """
+
+    index: int | None
+    reason: Reason
+    error: CorrectionSignal
+    span: Span
+    snippet: str
+    sha256: str
+    repaired: JSONValue = _NO_REPAIR
+
+    @property
+    def has_repair(self) -> bool:
+        return self.repaired is not _NO_REPAIR
+
+    @property
+    def message(self) -> str:
+        return self.error.message(self.reason)
+
+    def to_json(self) -> dict[str, JSONValue]:
+        data: dict[str, JSONValue] = {
+            "index": self.index,
+            "reason": str(self.reason),
+            "error": {**self.error.to_json(), "message": self.message},
+            "span": self.span.to_json(),
+            "snippet": self.snippet,
+            "sha256": self.sha256,
+        }
+        if self.has_repair:
+            data["repaired"] = self.repaired
+        return data
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EnvelopeIssue:
+    """An envelope field that could not be recovered intact (never silently dropped)."""
+
+    path: str
+    problem: str
+    span: Span
+
+    def to_json(self) -> dict[str, JSONValue]:
+        return {"path": self.path, "problem": self.problem, "span": self.span.to_json()}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SalvageResult:
+    """Everything salvage learned about one raw model output."""
+
+    document_valid: bool
+    truncated: bool
+    items_found: bool
+    envelope: Mapping[str, JSONValue]
+    items: tuple[AcceptedItem, ...]
+    quarantined: tuple[QuarantinedItem, ...]
+    envelope_issues: tuple[EnvelopeIssue, ...] = ()
+    finish_reason: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def status(self) -> Status:
+        if not self.items and (self.quarantined or self.truncated or not self.items_found):
+            return Status.FAILED
+        if self.quarantined or self.truncated or self.envelope_issues:
+            return Status.PARTIAL
+        return Status.OK
+
+    @property
+    def partial(self) -> bool:
+        return self.status is Status.PARTIAL
+
+    def counts(self) -> dict[str, JSONValue]:
+        by_reason: dict[str, int] = {}
+        for item in self.quarantined:
+            by_reason[str(item.reason)] = by_reason.get(str(item.reason), 0) + 1
+        ordered = {r.value: by_reason[r.value] for r in Reason if r.value in by_reason}
+        return {
+            "candidates": len(self.items) + sum(1 for q in self.quarantined if q.index is not None),
+            "accepted": len(self.items),
+            "quarantined": len(self.quarantined),
+            "by_reason": ordered,
+        }
+
+    def to_json(self) -> dict[str, JSONValue]:
+        return {
+            "status": str(self.status),
+            "document_valid": self.document_valid,
+            "truncated": self.truncated,
+            "partial": self.partial,
+            "finish_reason": self.finish_reason,
+            "items_found": self.items_found,
+            "envelope": dict(self.envelope),
+            "envelope_issues": [issue.to_json() for issue in self.envelope_issues],
+            "items": [item.to_json() for item in self.items],
+            "quarantined": [item.to_json() for item in self.quarantined],
+            "counts": self.counts(),
+            "notes": list(self.notes),
+        }

@@ -1,0 +1,207 @@
+"""Salvage: scan, run the guardrails over every candidate, assemble the result.
+
+Pure: text and a policy in, a ``SalvageResult`` out. No I/O, no clock, no
+environment, and it never raises on any ``str``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+
+from salvagelane.core.finish import FinishReason, canonical_finish_reason
+from salvagelane.core.guardrails import (
+    ChainContext,
+    Guardrails,
+    Rejection,
+    Review,
+    check_size,
+    review_item,
+    select_within_limit,
+)
+from salvagelane.core.records import (
+    AcceptedItem,
+    CorrectionSignal,
+    EnvelopeIssue,
+    JSONValue,
+    QuarantinedItem,
+    Reason,
+    SalvageResult,
+    Span,
+)
+from salvagelane.core.scanner import Candidate, Closure, EnvelopeField, ItemsPath, ScanResult, scan
+from salvagelane.core.schema import ItemSchema
+from salvagelane.core.strict import Parsed, is_strict_document, parse_item
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SalvagePolicy:
+    """What a report must look like: where its items are, their schema, the limits."""
+
+    items_path: ItemsPath = ()
+    item_schema: ItemSchema | None = None
+    guardrails: Guardrails = field(default_factory=Guardrails)
+
+
+def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None) -> SalvageResult:
+    """Salvage every intact item of ``raw``; quarantine every rejected candidate."""
+    finish = canonical_finish_reason(finish_reason)
+    finish_text = None if finish is None else str(finish)
+    limits = policy.guardrails
+    size = utf8_size(raw, limits.max_bytes)
+    if size > limits.max_bytes:
+        return _oversize(raw, size, limits, finish_text)
+
+    scanned = scan(raw, policy.items_path)
+    ctx = ChainContext(guardrails=limits, schema=policy.item_schema)
+    survivors: list[Review] = []
+    rejected: list[tuple[Candidate, Rejection]] = []
+    for candidate in scanned.candidates:
+        outcome = review_item(Review(candidate=candidate, text=candidate.span.text(raw)), ctx)
+        if isinstance(outcome, Rejection):
+            rejected.append((candidate, outcome))
+        else:
+            survivors.append(outcome)
+    kept, over_limit = select_within_limit(survivors, limits)
+    rejected.extend((review.candidate, rejection) for review, rejection in over_limit)
+    rejected.sort(key=lambda pair: pair[0].index)
+
+    envelope, issues = _assemble_envelope(raw, scanned.envelope, ctx)
+    return SalvageResult(
+        document_valid=is_strict_document(raw),
+        truncated=scanned.truncated or finish is FinishReason.LENGTH,
+        items_found=scanned.items_found,
+        envelope=envelope,
+        items=tuple(
+            AcceptedItem(
+                index=r.candidate.index, data=r.data, span=r.candidate.span, coercions=r.coercions
+            )
+            for r in kept
+        ),
+        quarantined=tuple(
+            _quarantine(raw, candidate, rejection, limits) for candidate, rejection in rejected
+        ),
+        envelope_issues=tuple(issues),
+        finish_reason=finish_text,
+        notes=_notes(scanned),
+    )
+
+
+def utf8_size(raw: str, cap: int) -> int:
+    """UTF-8 size of ``raw``, computed exactly only when the bounds cannot decide."""
+    if len(raw) > cap or len(raw) * 4 <= cap:
+        return len(raw) if len(raw) > cap else len(raw.encode("utf-8", "surrogatepass"))
+    return len(raw.encode("utf-8", "surrogatepass"))
+
+
+def sha256_of(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _oversize(raw: str, size: int, limits: Guardrails, finish: str | None) -> SalvageResult:
+    record = QuarantinedItem(
+        index=None,
+        reason=Reason.OVERSIZE,
+        error=CorrectionSignal(
+            code="oversize",
+            path="$",
+            expected=f"at most {limits.max_bytes} bytes of output",
+            received=f"at least {size} bytes" if len(raw) > limits.max_bytes else f"{size} bytes",
+            detail="nothing was scanned",
+        ),
+        span=Span(start=0, end=len(raw)),
+        snippet=raw[: limits.snippet_chars],
+        sha256=sha256_of(raw),
+    )
+    return SalvageResult(
+        document_valid=False,
+        truncated=finish == FinishReason.LENGTH,
+        items_found=False,
+        envelope={},
+        items=(),
+        quarantined=(record,),
+        finish_reason=finish,
+        notes=("output over the byte cap: not scanned, document validity not checked",),
+    )
+
+
+def _quarantine(
+    raw: str, candidate: Candidate, rejection: Rejection, limits: Guardrails
+) -> QuarantinedItem:
+    text = candidate.span.text(raw)
+    return QuarantinedItem(
+        index=candidate.index,
+        reason=rejection.reason,
+        error=rejection.signal,
+        span=candidate.span,
+        snippet=text[: limits.snippet_chars],
+        sha256=sha256_of(text),
+        repaired=rejection.repaired,
+    )
+
+
+def _assemble_envelope(
+    raw: str, fields: tuple[EnvelopeField, ...], ctx: ChainContext
+) -> tuple[dict[str, JSONValue], list[EnvelopeIssue]]:
+    """Every intact envelope member, nested as in the document; every other one as an issue."""
+    envelope: dict[str, JSONValue] = {}
+    issues: list[EnvelopeIssue] = []
+    occurrences = Counter(f.path for f in fields)
+    reported_duplicates: set[tuple[str, ...]] = set()
+    for member in fields:
+        where = "$." + ".".join(member.path)
+        problem = _envelope_problem(raw, member, occurrences[member.path], ctx)
+        if isinstance(problem, str):
+            if occurrences[member.path] > 1:
+                if member.path in reported_duplicates:
+                    continue
+                reported_duplicates.add(member.path)
+            issues.append(EnvelopeIssue(path=where, problem=problem, span=member.span))
+            continue
+        node = envelope
+        for key in member.path[:-1]:
+            child = node.setdefault(key, {})
+            if not isinstance(child, dict):
+                break
+            node = child
+        else:
+            node[member.path[-1]] = problem.value
+    return envelope, issues
+
+
+def _envelope_problem(
+    raw: str, member: EnvelopeField, occurrences: int, ctx: ChainContext
+) -> str | Parsed:
+    if occurrences > 1:
+        return "duplicate key: no occurrence is taken as the value"
+    if member.conflict:
+        return member.conflict
+    if member.closure is Closure.TRUNCATED:
+        return "cut off by the end of the output"
+    if member.closure is Closure.BROKEN:
+        return member.defect or "damaged"
+    text = member.span.text(raw)
+    as_candidate = Candidate(
+        index=-1, span=member.span, closure=member.closure, depth=member.depth
+    )
+    sized = check_size(Review(candidate=as_candidate, text=text), ctx)
+    if isinstance(sized, Rejection):
+        return sized.signal.message(sized.reason)
+    parsed = parse_item(text, offset=member.span.start)
+    if not isinstance(parsed, Parsed):
+        return parsed.signal.message(Reason.MALFORMED)
+    return parsed
+
+
+def _notes(scanned: ScanResult) -> tuple[str, ...]:
+    notes = [f"{a.kind.replace('_', ' ')} at offset {a.span.start}" for a in scanned.anomalies]
+    if not scanned.items_found:
+        path = ".".join(scanned.items_path)
+        notes.append(
+            f"items array {path!r} not found" if path else "no JSON array found in the output"
+        )
+    elif not scanned.container_closed:
+        notes.append("items array not closed")
+    return tuple(notes)
+

@@ -1,0 +1,570 @@
+"""The item scanner: raw model text in, item and envelope spans out.
+
+A single forward pass that never raises, never recurses on input nesting and
+never backtracks. It locates the items container named by a dotted path,
+yields every item candidate with its character span and whether it closed,
+and records the span of every other envelope field it passes.
+
+Resynchronisation (see docs/adr/0002-item-scanner.md): inside an item the scan
+only counts brackets and skips well-formed strings. A quote that cannot open a
+well-formed string (a raw newline, a bad escape, an unescaped quote) is stepped
+over, so pretty-printed output resynchronises at the next line. For output on
+one line, the scanner learns the item signature (``{`` plus the key the first
+item opens with) and never lets an item run across a later signature that
+cannot belong to it: one that falls inside what the scan believes is a string,
+or one that opens an object where the grammar allows no value.
+
+Invariant (fuzzed in tests): ``steps <= 2 * len(text) + 2``; every loop
+iteration consumes at least one character or ends a structure.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from salvagelane.core import lexis
+from salvagelane.core.records import Span
+
+ItemsPath = tuple[str, ...]
+"""Keys from the document root to the items array; empty: the document is the array."""
+
+
+class Closure(enum.StrEnum):
+    """How a scanned value ended."""
+
+    CLOSED = "closed"  # reached its own end; may still be malformed inside
+    TRUNCATED = "truncated"  # the text ended while the value was open
+    BROKEN = "broken"  # the scanner saw damage it had to step over or cut at
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Candidate:
+    """One item candidate inside the items container."""
+
+    index: int
+    span: Span
+    closure: Closure
+    depth: int  # containers nested in the span; the item object itself is 1
+    defect: str = ""  # what the scanner saw, for the correction signal
+    stray: bool = False  # text between items that does not start a JSON value
+
+    @property
+    def complete(self) -> bool:
+        return self.closure is Closure.CLOSED
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EnvelopeField:
+    """A member of the root object (or of an object on the items path)."""
+
+    path: tuple[str, ...]
+    span: Span
+    closure: Closure
+    depth: int
+    defect: str = ""
+    conflict: str = ""  # why this member cannot be taken as the envelope's value
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Anomaly:
+    """Structure the scanner tolerated: worth a note, costs no item."""
+
+    kind: str
+    span: Span
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScanResult:
+    items_path: ItemsPath
+    root: Span | None
+    container: Span | None
+    container_closed: bool
+    candidates: tuple[Candidate, ...]
+    envelope: tuple[EnvelopeField, ...]
+    truncated: bool
+    anomalies: tuple[Anomaly, ...]
+    steps: int
+
+    @property
+    def items_found(self) -> bool:
+        return self.container is not None
+
+
+def parse_items_path(dotted: str) -> ItemsPath:
+    """``"data.items"`` -> ``("data", "items")``; ``""`` -> ``()``."""
+    dotted = dotted.strip()
+    if not dotted:
+        return ()
+    return tuple(dotted.split("."))
+
+
+def scan(text: str, items_path: ItemsPath) -> ScanResult:
+    """Scan ``text`` for the items container at ``items_path``. Never raises."""
+    return _Scanner(text, items_path).run()
+
+
+def bracket_extent(text: str, start: int) -> tuple[int, Closure, int]:
+    """End, closure and nesting depth of the object or array opening at ``start``."""
+    value = _Scanner(text, ()).scan_brackets(start, anchored=False)
+    return value.end, value.closure, value.depth
+
+
+_ROOT_OBJECT = re.compile(r"\{[ \t\n\r]*+[\"}]")
+_ROOT_ARRAY = re.compile(r"\[[ \t\n\r]*+[{\]]")
+_VALUE_START = frozenset('{["-0123456789tfn')
+_QUOTE_OR_NEWLINE = re.compile(r'["\n]')
+_EXPECT_KEY, _EXPECT_KEY_OR_CLOSE, _EXPECT_COMMA_OR_CLOSE = range(3)
+
+
+@dataclass(slots=True)
+class _Level:
+    """An object being scanned member by member (the root or one on the items path)."""
+
+    prefix: tuple[str, ...]
+    expect: int = _EXPECT_KEY_OR_CLOSE
+    keys: set[str] = field(default_factory=set)
+    last_field: int = -1  # index into the envelope list of this level's latest field
+
+
+@dataclass(frozen=True, slots=True)
+class _Value:
+    end: int  # end of the value's span
+    resume: int  # where scanning goes on (past ``end`` when an item was cut)
+    closure: Closure
+    depth: int
+    defect: str = ""
+
+
+class _Scanner:
+    def __init__(self, text: str, items_path: ItemsPath) -> None:
+        self.text = text
+        self.n = len(text)
+        self.path = items_path
+        self.steps = 0
+        self.truncated = False
+        self.container: Span | None = None
+        self.container_closed = False
+        self.candidates: list[Candidate] = []
+        self.anomalies: list[Anomaly] = []
+        self._anchor_iter: Iterator[re.Match[str]] | None = None
+        self._anchor = self.n + 1  # next item signature not yet passed
+
+    # ----------------------------------------------------------------- driver
+
+    def run(self) -> ScanResult:
+        root: Span | None = None
+        envelope: list[EnvelopeField] = []
+        if not self.path:
+            start = self._find_root_array()
+            if start is not None:
+                end = self._scan_container(start)
+                root = Span(start=start, end=end)
+        else:
+            pos = 0
+            while self.container is None and not self.truncated:
+                match = _ROOT_OBJECT.search(self.text, pos)
+                if match is None:
+                    break
+                fields: list[EnvelopeField] = []
+                end = self._scan_object(match.start(), fields)
+                if root is None or self.container is not None:
+                    root = Span(start=match.start(), end=end)
+                    envelope = fields
+                pos = max(end, match.start() + 1)
+        if root is not None:
+            self._note_surroundings(root)
+        return ScanResult(
+            items_path=self.path,
+            root=root,
+            container=self.container,
+            container_closed=self.container_closed,
+            candidates=tuple(self.candidates),
+            envelope=tuple(envelope),
+            truncated=self.truncated,
+            anomalies=tuple(self.anomalies),
+            steps=self.steps,
+        )
+
+    def _find_root_array(self) -> int | None:
+        match = _ROOT_ARRAY.search(self.text)
+        if match is not None:
+            return match.start()
+        found = self.text.find("[")
+        return None if found < 0 else found
+
+    def _note_surroundings(self, root: Span) -> None:
+        if self.text[: root.start].strip(lexis.WHITESPACE):
+            self.anomalies.append(Anomaly(kind="leading_text", span=Span(start=0, end=root.start)))
+        if self.text[root.end :].strip(lexis.WHITESPACE):
+            self.anomalies.append(Anomaly(kind="trailing_text", span=Span(start=root.end, end=self.n)))
+
+    # ------------------------------------------------------ envelope objects
+
+    def _scan_object(self, start: int, fields: list[EnvelopeField]) -> int:
+        """Scan an object member by member, descending only along the items path."""
+        text, n = self.text, self.n
+        levels = [_Level(prefix=())]
+        pos = start + 1
+        while levels:
+            self.steps += 1
+            if pos < 0:
+                return n  # damage with no later member to resume at: the object is lost here
+            pos = lexis.skip_ws(text, pos)
+            if pos >= n:
+                self.truncated = True
+                return n
+            level = levels[-1]
+            char = text[pos]
+            if level.expect == _EXPECT_COMMA_OR_CLOSE:
+                if char == ",":
+                    level.expect = _EXPECT_KEY
+                    pos += 1
+                elif char == "}":
+                    levels.pop()
+                    pos += 1
+                elif char == '"':
+                    self._anomaly("missing_comma", pos, pos)
+                    level.expect = _EXPECT_KEY
+                else:
+                    self._break_last_field(level, fields, f"unexpected {char!r} after the value")
+                    pos = self._resync_member(level, pos)
+                continue
+            if char == "}":
+                if level.expect == _EXPECT_KEY:
+                    self._anomaly("trailing_comma", pos, pos + 1)
+                levels.pop()
+                pos += 1
+                continue
+            if char != '"':
+                pos = self._resync_member(level, pos)
+                continue
+            key_match = lexis.STRING.match(text, pos)
+            if key_match is None:
+                if lexis.STRING_PREFIX_TO_END.match(text, pos):
+                    self.truncated = True
+                    return n
+                pos = self._resync_member(level, pos + 1)
+                continue
+            key = _decode_key(key_match.group())
+            colon = lexis.skip_ws(text, key_match.end())
+            if colon >= n:
+                self.truncated = True
+                return n
+            if text[colon] != ":":
+                self._anomaly("missing_colon", key_match.start(), colon)
+                pos = self._resync_member(level, colon)
+                continue
+            pos = lexis.skip_ws(text, colon + 1)
+            if pos >= n:
+                self.truncated = True
+                return n
+            duplicate = key in level.keys
+            level.keys.add(key)
+            level.expect = _EXPECT_COMMA_OR_CLOSE
+            member_path = (*level.prefix, key)
+            on_path = (
+                not duplicate
+                and len(level.prefix) < len(self.path)
+                and self.path[len(level.prefix)] == key
+            )
+            if on_path and len(member_path) == len(self.path) and text[pos] == "[":
+                if self.container is None:
+                    pos = self._scan_container(pos)
+                    if self.truncated:
+                        return n
+                    continue
+            elif on_path and len(member_path) < len(self.path) and text[pos] == "{":
+                levels.append(_Level(prefix=member_path))
+                pos += 1
+                continue
+            value = self._scan_value(pos, item=False)
+            conflict = ""
+            if duplicate:
+                conflict = "duplicate key"
+            elif on_path and len(member_path) == len(self.path):
+                conflict = "the items key does not hold an array"
+            elif on_path:
+                conflict = "an object on the items path is not an object"
+            level.last_field = len(fields)
+            fields.append(
+                EnvelopeField(
+                    path=member_path,
+                    span=Span(start=pos, end=value.end),
+                    closure=value.closure,
+                    depth=value.depth,
+                    defect=value.defect,
+                    conflict=conflict,
+                )
+            )
+            if value.closure is Closure.TRUNCATED:
+                self.truncated = True
+                return n
+            pos = value.resume
+        return pos
+
+    def _break_last_field(self, level: _Level, fields: list[EnvelopeField], defect: str) -> None:
+        if level.last_field < 0:
+            return
+        old = fields[level.last_field]
+        if old.closure is Closure.CLOSED:
+            fields[level.last_field] = EnvelopeField(
+                path=old.path,
+                span=old.span,
+                closure=Closure.BROKEN,
+                depth=old.depth,
+                defect=defect,
+                conflict=old.conflict,
+            )
+
+    def _resync_member(self, level: _Level, pos: int) -> int:
+        """After damage between members, resume at the next ``"key":``; -1: none left."""
+        match = lexis.KEY_COLON.search(self.text, pos)
+        end = self.n if match is None else match.start()
+        self._anomaly("skipped_text", pos, end)
+        level.expect = _EXPECT_KEY
+        return -1 if match is None else end
+
+    # ------------------------------------------------------- items container
+
+    def _scan_container(self, start: int) -> int:
+        """Scan the items array opening at ``start``; return where scanning goes on."""
+        text, n = self.text, self.n
+        self.container = Span(start=start, end=n)
+        pos = start + 1
+        expect_item = True
+        seen_item = False
+        while True:
+            self.steps += 1
+            pos = lexis.skip_ws(text, pos)
+            if pos >= n:
+                self.truncated = True
+                return n
+            char = text[pos]
+            if char == ",":
+                if expect_item:
+                    self._anomaly("extra_comma", pos, pos + 1)
+                expect_item = True
+                pos += 1
+                continue
+            if char == "]":
+                if self._next_char(pos + 1) == "{":
+                    self._anomaly("stray_bracket", pos, pos + 1)
+                    pos += 1
+                    continue
+                if expect_item and seen_item:
+                    self._anomaly("trailing_comma", pos, pos + 1)
+                self.container = Span(start=start, end=pos + 1)
+                self.container_closed = True
+                return pos + 1
+            if char == "}":
+                if self._next_char(pos + 1) in (",", "{", "]"):
+                    self._anomaly("stray_brace", pos, pos + 1)
+                    pos += 1
+                    continue
+                # The model closed the envelope without closing the list.
+                self._anomaly("unclosed_items", pos, pos)
+                self.container = Span(start=start, end=pos)
+                return pos
+            if not expect_item:
+                self._anomaly("missing_comma", pos, pos)
+            seen_item = True
+            expect_item = False
+            value = self._scan_value(pos, item=True) if char in _VALUE_START else None
+            if value is not None and (value.closure is not Closure.BROKEN or char in "{["):
+                self._add_candidate(pos, value)
+                if value.closure is Closure.TRUNCATED:
+                    self.truncated = True
+                    return n
+                pos = value.resume
+                if value.resume != value.end:
+                    expect_item = True  # cut at the next item's signature
+            else:
+                stray = lexis.STRAY_TEXT.match(text, pos)
+                end = stray.end() if stray else pos + 1
+                self._add_candidate(
+                    pos,
+                    _Value(
+                        end=_trim_end(text, pos, end),
+                        resume=end,
+                        closure=Closure.BROKEN,
+                        depth=0,
+                        defect="text between items that is not a JSON value",
+                    ),
+                    stray=True,
+                )
+                pos = end
+
+    def _add_candidate(self, start: int, value: _Value, *, stray: bool = False) -> None:
+        self.candidates.append(
+            Candidate(
+                index=len(self.candidates),
+                span=Span(start=start, end=value.end),
+                closure=value.closure,
+                depth=value.depth,
+                defect=value.defect,
+                stray=stray,
+            )
+        )
+
+    # ---------------------------------------------------------------- values
+
+    def _scan_value(self, pos: int, *, item: bool) -> _Value:
+        text = self.text
+        char = text[pos]
+        if char in "{[":
+            if item and char == "{":
+                self._learn_signature(pos)
+            return self.scan_brackets(pos, anchored=item)
+        if char == '"':
+            match = lexis.STRING.match(text, pos)
+            if match is not None:
+                return _Value(end=match.end(), resume=match.end(), closure=Closure.CLOSED, depth=0)
+            if lexis.STRING_PREFIX_TO_END.match(text, pos):
+                return _Value(end=self.n, resume=self.n, closure=Closure.TRUNCATED, depth=0)
+            end = _broken_string_end(text, pos)
+            return _Value(
+                end=end,
+                resume=end,
+                closure=Closure.BROKEN,
+                depth=0,
+                defect=f"string opening at offset {pos} is not well formed",
+            )
+        return self._scan_bare(pos)
+
+    def _scan_bare(self, pos: int) -> _Value:
+        """Numbers and literals; anything else word-like is junk (NaN, True, 01)."""
+        text, n = self.text, self.n
+        word = lexis.WORD.match(text, pos)
+        end = word.end() if word else pos + 1
+        token = text[pos:end]
+        number = lexis.NUMBER.match(text, pos)
+        if end >= n:
+            # The text stops inside the token: whatever it was going to be, it is cut.
+            return _Value(end=n, resume=n, closure=Closure.TRUNCATED, depth=0)
+        if (number is not None and number.end() == end) or token in lexis.LITERALS:
+            return _Value(end=end, resume=end, closure=Closure.CLOSED, depth=0)
+        return _Value(
+            end=end,
+            resume=end,
+            closure=Closure.BROKEN,
+            depth=0,
+            defect=f"{_preview(token)} is not a JSON value",
+        )
+
+    def scan_brackets(self, start: int, *, anchored: bool) -> _Value:
+        """Match brackets from ``start``, skipping strings; cut at a foreign item start."""
+        text, n = self.text, self.n
+        stack = [text[start]]
+        open_counts = {"{": 0, "[": 0}
+        open_counts[text[start]] += 1
+        depth = 1
+        defect = ""
+        pos = start + 1
+        while True:
+            self.steps += 1
+            run_end = lexis.skip_to_bracket(text, pos)
+            anchor = self._anchor_at_or_after(pos) if anchored else n + 1
+            if anchor < run_end:
+                # A signature inside what the scan took for a string: quotes are out of step.
+                return self._cut(start, anchor, depth, "item not closed before the next item")
+            pos = run_end
+            if pos >= n:
+                return _Value(end=n, resume=n, closure=Closure.TRUNCATED, depth=depth, defect=defect)
+            char = text[pos]
+            if char == "{" or char == "[":
+                if (
+                    anchor == pos
+                    and stack[-1] == "{"
+                    and self._prev_char(pos) != ":"
+                ):
+                    return self._cut(start, pos, depth, "item not closed before the next item")
+                stack.append(char)
+                open_counts[char] += 1
+                depth = max(depth, len(stack))
+                pos += 1
+            elif char == "}" or char == "]":
+                opener = "{" if char == "}" else "["
+                if stack[-1] != opener:
+                    defect = defect or f"mismatched {char!r} at offset {pos}"
+                    if open_counts[opener] == 0:
+                        pos += 1  # a stray closer: step over it
+                        continue
+                while stack[-1] != opener:
+                    open_counts[stack.pop()] -= 1
+                open_counts[stack.pop()] -= 1
+                pos += 1
+                if not stack:
+                    closure = Closure.BROKEN if defect else Closure.CLOSED
+                    return _Value(end=pos, resume=pos, closure=closure, depth=depth, defect=defect)
+            else:
+                # A quote that cannot open a well-formed string: step over it alone.
+                defect = defect or f"string at offset {pos} is not well formed"
+                pos += 1
+
+    def _cut(self, start: int, at: int, depth: int, defect: str) -> _Value:
+        return _Value(
+            end=_trim_end(self.text, start, at),
+            resume=at,
+            closure=Closure.BROKEN,
+            depth=depth,
+            defect=defect,
+        )
+
+    # ------------------------------------------------------ item signatures
+
+    def _learn_signature(self, pos: int) -> None:
+        if self._anchor_iter is not None:
+            return
+        match = lexis.FIRST_KEY.match(self.text, pos)
+        if match is None:
+            return
+        self._anchor_iter = lexis.item_anchor(match.group(1)).finditer(self.text, pos + 1)
+        self._anchor = -1
+
+    def _anchor_at_or_after(self, pos: int) -> int:
+        while self._anchor < pos:
+            nxt = next(self._anchor_iter, None) if self._anchor_iter is not None else None
+            self._anchor = self.n + 1 if nxt is None else nxt.start()
+        return self._anchor
+
+    # --------------------------------------------------------------- helpers
+
+    def _next_char(self, pos: int) -> str:
+        pos = lexis.skip_ws(self.text, pos)
+        return self.text[pos] if pos < self.n else ""
+
+    def _prev_char(self, pos: int) -> str:
+        pos -= 1
+        while pos >= 0 and self.text[pos] in lexis.WHITESPACE:
+            pos -= 1
+        return self.text[pos] if pos >= 0 else ""
+
+    def _anomaly(self, kind: str, start: int, end: int) -> None:
+        self.anomalies.append(Anomaly(kind=kind, span=Span(start=start, end=end)))
+
+
+def _trim_end(text: str, start: int, end: int) -> int:
+    while end > start + 1 and text[end - 1] in " \t\n\r,":
+        end -= 1
+    return end
+
+
+def _broken_string_end(text: str, pos: int) -> int:
+    """Where a malformed string token ends: after its next quote, or at the end of its line."""
+    match = _QUOTE_OR_NEWLINE.search(text, pos + 1)
+    if match is None:
+        return len(text)
+    return match.end() if match.group() == '"' else match.start()
+
+
+def _decode_key(raw: str) -> str:
+    decoded: str = json.loads(raw)
+    return decoded
+
+
+def _preview(token: str, limit: int = 40) -> str:
+    return repr(token if len(token) <= limit else token[:limit] + "...")

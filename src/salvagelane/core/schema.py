@@ -1,0 +1,191 @@
+"""Item schemas: compiled once, format-checked, never fetching a remote ``$ref``.
+
+Validation errors become correction signals a retry prompt can use:
+``schema at $.wsjf.score: expected number, received "high"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+import jsonschema.exceptions
+import jsonschema.validators
+import referencing
+import referencing.exceptions
+from referencing.jsonschema import DRAFT202012
+
+from salvagelane.core.records import CorrectionSignal, JSONValue
+from salvagelane.core.strict import describe, member_path
+from salvagelane.errors import SchemaError
+
+_MAX_DETAILS = 3
+
+
+def _refuse_retrieval(uri: str) -> referencing.Resource[Any]:
+    raise referencing.exceptions.NoSuchResource(ref=uri)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ItemSchema:
+    """A JSON Schema compiled into a validator, with the hash that identifies it."""
+
+    schema: Mapping[str, Any]
+    sha256: str
+    validator: Any  # a jsonschema Validator instance; its protocol is not generic
+
+    @classmethod
+    def compile(
+        cls,
+        schema: Mapping[str, Any],
+        *,
+        source: str = "schema",
+        resources: Iterable[Mapping[str, Any]] = (),
+    ) -> ItemSchema:
+        """Check and compile ``schema``; ``resources`` are schemas it may ``$ref`` by ``$id``."""
+        if not isinstance(schema, Mapping):
+            raise SchemaError(f"{source}: a JSON Schema must be an object, got {describe(schema)}")
+        validator_class = jsonschema.validators.validator_for(
+            schema, default=jsonschema.Draft202012Validator
+        )
+        try:
+            validator_class.check_schema(schema)
+        except jsonschema.exceptions.SchemaError as exc:
+            where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+            raise SchemaError(
+                f"{source}: not a valid JSON Schema at {where}: {exc.message}"
+            ) from exc
+        registry: referencing.Registry[Any] = referencing.Registry(retrieve=_refuse_retrieval)
+        known_ids: set[str] = set()
+        for resource in resources:
+            res = referencing.Resource.from_contents(resource, default_specification=DRAFT202012)
+            registry = registry.with_resource(uri=res.id() or "", resource=res)
+            known_ids.add(res.id() or "")
+        _reject_remote_refs(schema, known_ids | {str(schema.get("$id", ""))}, source)
+        validator = validator_class(
+            schema, registry=registry, format_checker=validator_class.FORMAT_CHECKER
+        )
+        canonical = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+        return cls(schema=schema, sha256=digest, validator=validator)
+
+    def check(self, instance: JSONValue) -> CorrectionSignal | None:
+        """The best correction signal for ``instance``, or None when it validates."""
+        try:
+            errors = sorted(
+                self.validator.iter_errors(instance), key=jsonschema.exceptions.relevance
+            )
+        except referencing.exceptions.Unresolvable as exc:
+            raise SchemaError(f"schema reference cannot be resolved: {exc}") from exc
+        if not errors:
+            return None
+        best = jsonschema.exceptions.best_match(errors)
+        assert best is not None
+        signal = _signal_for(best)
+        others = [_signal_for(e) for e in errors if e is not best][:_MAX_DETAILS]
+        if others:
+            more = "; ".join(o.message("schema") for o in others)
+            extra = len(errors) - 1 - len(others)
+            if extra > 0:
+                more += f"; and {extra} more"
+            signal = CorrectionSignal(
+                code=signal.code,
+                path=signal.path,
+                expected=signal.expected,
+                received=signal.received,
+                detail=f"also: {more}",
+            )
+        return signal
+
+
+def _reject_remote_refs(schema: Mapping[str, Any], known: set[str], source: str) -> None:
+    """Fail at load time, not mid-run, on a ``$ref`` that would need the network."""
+    for pointer, ref in _iter_refs(schema):
+        if ref.startswith("#"):
+            continue
+        base = ref.split("#", 1)[0]
+        if base in known:
+            continue
+        raise SchemaError(
+            f"{source}: $ref {ref!r} at {pointer or '/'} points outside the schema; "
+            "salvagelane never fetches remote schemas: bundle it under $defs"
+        )
+
+
+def _iter_refs(schema: Any) -> Iterator[tuple[str, str]]:
+    stack: list[tuple[str, Any]] = [("", schema)]
+    while stack:
+        pointer, node = stack.pop()
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                    yield f"{pointer}/{key}", value
+                else:
+                    stack.append((f"{pointer}/{key}", value))
+        elif isinstance(node, list):
+            stack.extend((f"{pointer}/{i}", v) for i, v in enumerate(node))
+
+
+def _path_of(error: jsonschema.exceptions.ValidationError) -> str:
+    path = "$"
+    for part in error.absolute_path:
+        path = f"{path}[{part}]" if isinstance(part, int) else member_path(path, str(part))
+    return path
+
+
+def _signal_for(error: jsonschema.exceptions.ValidationError) -> CorrectionSignal:
+    keyword = str(error.validator)
+    value: Any = error.validator_value
+    instance = error.instance
+    path = _path_of(error)
+    received = describe(instance)
+    expected = error.message
+    if keyword == "type":
+        expected = value if isinstance(value, str) else " or ".join(value)
+    elif keyword == "enum":
+        expected = "one of " + describe(value, limit=200)
+    elif keyword == "const":
+        expected = describe(value)
+    elif keyword == "required" and isinstance(instance, dict):
+        missing = [name for name in value if name not in instance]
+        name = missing[0] if missing else "?"
+        return CorrectionSignal(
+            code="required",
+            path=member_path(path, name),
+            expected=f"property {name!r} (required)",
+            received="nothing",
+        )
+    elif keyword in ("additionalProperties", "unevaluatedProperties") and isinstance(
+        instance, dict
+    ):
+        allowed = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
+        extras = [k for k in instance if k not in allowed]
+        name = extras[0] if extras else "?"
+        return CorrectionSignal(
+            code=keyword,
+            path=member_path(path, name),
+            expected="no such property (not in the schema)",
+            received=describe(instance.get(name)),
+        )
+    elif keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        op = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
+        expected = f"a number {op[keyword]} {value}"
+    elif keyword in ("minLength", "maxLength"):
+        bound = "at least" if keyword == "minLength" else "at most"
+        expected = f"a string of {bound} {value} characters"
+        if isinstance(instance, str):
+            received = f"{len(instance)} characters"
+    elif keyword in ("minItems", "maxItems"):
+        bound = "at least" if keyword == "minItems" else "at most"
+        expected = f"{bound} {value} items"
+        if isinstance(instance, list):
+            received = f"{len(instance)} items"
+    elif keyword == "pattern":
+        expected = f"a string matching {value!r}"
+    elif keyword == "format":
+        expected = f"a valid {value}"
+    return CorrectionSignal(code=keyword, path=path, expected=expected, received=received)

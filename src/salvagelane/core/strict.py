@@ -1,0 +1,273 @@
+"""Strict JSON: the parse an item must survive, and whole-document validity.
+
+Items are parsed with the C decoder, made strict with hooks: no NaN/Infinity,
+no duplicate keys (so ``{"candidate": "ok", "candidate": "evil"}`` can never
+reach an allow-list as ``"evil"``), and, checked only when the raw text could
+hold them, no lone surrogates, no NUL and no number that overflows to
+infinity. Callers bound depth before calling, so the decoder never recurses
+deeply.
+
+``is_strict_document`` answers the narrower RFC 8259 question (grammar plus
+unique keys) for the whole output, iteratively when the nesting is deep.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from json.decoder import scanstring
+from typing import Any
+
+from salvagelane.core import lexis
+from salvagelane.core.records import CorrectionSignal, JSONValue
+from salvagelane.core.scanner import Closure, bracket_extent
+
+_PARSER_DEPTH_LIMIT = 200  # beyond this the C decoder is not asked at all
+
+_MAYBE_NUL_OR_SURROGATE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])|[\x00\ud800-\udfff]")
+_MAYBE_HUGE_NUMBER = re.compile(r"[eE][+-]?+0*+[0-9]{3}|[0-9]{300}")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+class _NonFiniteConstant(ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
+def _reject_constant(name: str) -> Any:
+    raise _NonFiniteConstant(name)
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_reject_constant)
+
+_EXPECTED_BY_MESSAGE = {
+    "Expecting value": "a JSON value",
+    "Expecting ',' delimiter": "',' between members",
+    "Expecting ':' delimiter": "':' after the key",
+    "Expecting property name enclosed in double quotes": "a key in double quotes",
+    "Unterminated string starting at": "a closing '\"'",
+    "Invalid control character at": "control characters escaped inside strings",
+    "Invalid \\escape": "a valid escape sequence",
+    "Invalid \\uXXXX escape": "four hex digits after \\u",
+    "Extra data": "the end of the value",
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Parsed:
+    value: JSONValue
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Unparsable:
+    signal: CorrectionSignal
+
+
+def parse_item(text: str, *, offset: int = 0) -> Parsed | Unparsable:
+    """Parse one item's span strictly. ``offset`` locates errors in the raw output."""
+    try:
+        value = _DECODER.decode(text)
+    except _DuplicateKey as exc:
+        return _unparsable("duplicate_key", "$", "unique keys", f"{_describe(exc.key)} twice")
+    except _NonFiniteConstant as exc:
+        return _unparsable("non_finite", "$", "a finite JSON number", exc.name)
+    except json.JSONDecodeError as exc:
+        received = _describe(text[exc.pos : exc.pos + 24]) if exc.pos < len(text) else "end of item"
+        expected = _EXPECTED_BY_MESSAGE.get(exc.msg, exc.msg)
+        return _unparsable(
+            "syntax", "$", expected, received, detail=f"at offset {offset + exc.pos}"
+        )
+    except RecursionError:
+        return _unparsable("syntax", "$", "nesting the parser can follow", "deeper nesting")
+    except ValueError as exc:  # int() beyond sys.get_int_max_str_digits()
+        return _unparsable("number_too_long", "$", "a number of sensible length", str(exc)[:80])
+    if _MAYBE_NUL_OR_SURROGATE.search(text) or _MAYBE_HUGE_NUMBER.search(text):
+        problem = _find_forbidden(value)
+        if problem is not None:
+            return Unparsable(signal=problem)
+    return Parsed(value=value)
+
+
+def _find_forbidden(value: JSONValue) -> CorrectionSignal | None:
+    """Walk a parsed value (iteratively) for NUL, lone surrogates and infinities."""
+    stack: list[tuple[str, JSONValue]] = [("$", value)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, dict):
+            for key, child in node.items():
+                child_path = _member_path(path, key)
+                bad = _bad_string(child_path, key, "key")
+                if bad is not None:
+                    return bad
+                stack.append((child_path, child))
+        elif isinstance(node, list):
+            stack.extend((f"{path}[{i}]", child) for i, child in enumerate(node))
+        elif isinstance(node, str):
+            bad = _bad_string(path, node, "string")
+            if bad is not None:
+                return bad
+        elif isinstance(node, float) and not math.isfinite(node):
+            return CorrectionSignal(
+                code="non_finite",
+                path=path,
+                expected="a number within double precision",
+                received="a number that overflows to infinity",
+            )
+    return None
+
+
+def _bad_string(path: str, text: str, what: str) -> CorrectionSignal | None:
+    if "\x00" in text:
+        return CorrectionSignal(
+            code="nul_character", path=path, expected=f"a {what} without NUL", received="\\u0000"
+        )
+    match = _SURROGATE.search(text)
+    if match is not None:
+        return CorrectionSignal(
+            code="lone_surrogate",
+            path=path,
+            expected=f"a {what} of valid Unicode",
+            received=f"lone surrogate U+{ord(match.group()):04X}",
+        )
+    return None
+
+
+def _unparsable(
+    code: str, path: str, expected: str, received: str, *, detail: str = ""
+) -> Unparsable:
+    return Unparsable(
+        signal=CorrectionSignal(
+            code=code, path=path, expected=expected, received=received, detail=detail
+        )
+    )
+
+
+def is_strict_document(raw: str) -> bool:
+    """True when ``raw``, less surrounding whitespace, is one RFC 8259 text with unique keys.
+
+    The nesting is measured first (without parsing); deep documents go to the
+    iterative validator so that no parser recursion depends on the input.
+    """
+    text = raw.strip(lexis.WHITESPACE)
+    if not text or _SURROGATE.search(text):
+        return False
+    depth = 0
+    if text[0] in "{[":
+        end, closure, depth = bracket_extent(text, 0)
+        if closure is not Closure.CLOSED or end != len(text):
+            return False
+    if depth <= _PARSER_DEPTH_LIMIT:
+        try:
+            _DECODER.decode(text)
+        except (_DuplicateKey, _NonFiniteConstant, json.JSONDecodeError):
+            return False
+        except (ValueError, RecursionError):
+            return validate_iteratively(text)
+        return True
+    return validate_iteratively(text)
+
+
+_TOKEN = re.compile(
+    r"[ \t\n\r]*+(?:"
+    r'(?P<string>"' + lexis.STRING_BODY + '")'
+    r"|(?P<number>" + lexis.NUMBER.pattern + ")"
+    r"|(?P<literal>true|false|null)"
+    r"|(?P<punct>[{}\[\],:]))"
+)
+_VALUE, _VALUE_OR_CLOSE, _KEY, _KEY_OR_CLOSE, _COLON, _COMMA_OR_CLOSE, _END = range(7)
+
+
+def validate_iteratively(text: str) -> bool:
+    """RFC 8259 grammar plus unique keys, with an explicit stack: any depth, no recursion."""
+    stack: list[set[str] | None] = []  # a set of seen keys per object, None per array
+    expect = _VALUE
+    pos = 0
+    while True:
+        match = _TOKEN.match(text, pos)
+        if match is None:
+            return expect == _END and lexis.skip_ws(text, pos) == len(text)
+        pos = match.end()
+        kind = match.lastgroup
+        token = match.group(kind or 0)
+        if expect == _END:
+            return False
+        if expect in (_VALUE, _VALUE_OR_CLOSE):
+            if token == "]" and expect == _VALUE_OR_CLOSE:
+                stack.pop()
+            elif token == "{":
+                stack.append(set())
+                expect = _KEY_OR_CLOSE
+                continue
+            elif token == "[":
+                stack.append(None)
+                expect = _VALUE_OR_CLOSE
+                continue
+            elif kind == "punct":
+                return False
+        elif expect in (_KEY, _KEY_OR_CLOSE):
+            top = stack[-1]
+            if token == "}" and expect == _KEY_OR_CLOSE:
+                stack.pop()
+            elif kind == "string" and top is not None:
+                key = scanstring(token, 1)[0]
+                if key in top:
+                    return False
+                top.add(key)
+                expect = _COLON
+                continue
+            else:
+                return False
+        elif expect == _COLON:
+            if token != ":":
+                return False
+            expect = _VALUE
+            continue
+        else:  # _COMMA_OR_CLOSE
+            top = stack[-1]
+            if token == ",":
+                expect = _KEY if top is not None else _VALUE
+                continue
+            if (token == "}" and top is not None) or (token == "]" and top is None):
+                stack.pop()
+            else:
+                return False
+        expect = _COMMA_OR_CLOSE if stack else _END
+
+
+def _member_path(path: str, key: str) -> str:
+    if key.isidentifier():
+        return f"{path}.{key}"
+    return f"{path}[{json.dumps(key)}]"
+
+
+def _describe(value: JSONValue, limit: int = 60) -> str:
+    """A short, JSON-encoded rendering of a received value for correction signals."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+describe = _describe
+member_path = _member_path
