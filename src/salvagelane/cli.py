@@ -1,0 +1,206 @@
+"""The ``salvagelane`` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from salvagelane import __version__
+from salvagelane.core import (
+    Guardrails,
+    SalvagePolicy,
+    SalvageResult,
+    parse_items_path,
+    salvage,
+)
+from salvagelane.errors import ConfigurationError, InputError, ItemsPathError, SalvagelaneError
+from salvagelane.loading import load_allow_list, load_item_schema, read_raw
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="salvagelane")
+def cli() -> None:
+    """Salvage every intact item from broken LLM output; quarantine the rest."""
+
+
+def _parse_allow(values: tuple[str, ...]) -> dict[str, frozenset[str]]:
+    lists: dict[str, frozenset[str]] = {}
+    for spec in values:
+        field_name, sep, file_name = spec.partition("=")
+        if not sep or not field_name or not file_name:
+            raise ConfigurationError(f"--allow {spec!r}: expected FIELD=FILE")
+        lists[field_name] = lists.get(field_name, frozenset()) | load_allow_list(Path(file_name))
+    return lists
+
+
+def _items_path(dotted: str) -> tuple[str, ...]:
+    path = parse_items_path(dotted)
+    if any(not part for part in path):
+        raise ItemsPathError(f"--items {dotted!r}: empty key between dots (expected e.g. data.items)")
+    return path
+
+
+@cli.command("salvage")
+@click.argument(
+    "file", required=False, type=click.Path(dir_okay=False, path_type=Path, allow_dash=True)
+)
+@click.option(
+    "--schema",
+    "schema_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="JSON Schema (draft 2020-12) every item must satisfy.",
+)
+@click.option(
+    "--items",
+    "items",
+    required=True,
+    help="Dotted key path to the items array; '' when the output is the array itself.",
+)
+@click.option("--max-items", type=click.IntRange(min=0), help="Keep at most N items (by rank).")
+@click.option("--rank-key", help="Item field ranking items for --max-items (smallest wins).")
+@click.option("--max-depth", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Most containers nested in one item, the item itself being 1.")
+@click.option("--max-string-length", type=click.IntRange(min=1), default=8192,
+              show_default=True, help="Longest string or number token in an item.")
+@click.option("--max-bytes", type=click.IntRange(min=1), default=8 * 1024 * 1024,
+              show_default=True, help="Byte cap on the whole output; over it nothing is scanned.")
+@click.option("--allow", "allow", multiple=True, metavar="FIELD=FILE",
+              help="FIELD's value must be one of FILE's lines. Repeatable.")
+@click.option("--finish-reason", help="The provider's finish reason (e.g. length, max_tokens).")
+@click.option("--coerce/--no-coerce", default=False, show_default=True,
+              help="Normalise ambiguous scalars (\"5\" -> 5) to the schema's types, recorded.")
+@click.option("--schema-ref", "schema_refs", multiple=True,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="A schema the item schema may $ref by its $id. Repeatable.")
+@click.option("--batch", is_flag=True,
+              help='Read JSON Lines of {"raw": ..., "finish_reason": ...} from stdin; '
+                   "write one result line per input line.")
+@click.option("--summary", is_flag=True, help="Print a short human summary instead of JSON.")
+def salvage_command(
+    file: Path | None,
+    schema_path: Path,
+    items: str,
+    max_items: int | None,
+    rank_key: str | None,
+    max_depth: int,
+    max_string_length: int,
+    max_bytes: int,
+    allow: tuple[str, ...],
+    finish_reason: str | None,
+    coerce: bool,
+    schema_refs: tuple[Path, ...],
+    batch: bool,
+    summary: bool,
+) -> None:
+    """Salvage the items of one raw model output (FILE, or stdin) and print the result.
+
+    Exit 0 whenever input was processed, partial or not; 2 for unusable options,
+    schema or allow-list files.
+    """
+    if batch and file is not None:
+        raise ConfigurationError("--batch reads stdin: do not give FILE as well")
+    policy = SalvagePolicy(
+        items_path=_items_path(items),
+        item_schema=load_item_schema(schema_path, resources=schema_refs),
+        guardrails=Guardrails(
+            max_bytes=max_bytes,
+            max_depth=max_depth,
+            max_string_length=max_string_length,
+            max_items=max_items,
+            rank_key=rank_key,
+            allow_lists=_parse_allow(allow),
+            coerce=coerce,
+        ),
+    )
+    if batch:
+        _run_batch(policy)
+        return
+    raw = read_raw(None if file is None or str(file) == "-" else file, sys.stdin.buffer)
+    result = salvage(raw, policy, finish_reason=finish_reason)
+    if summary:
+        click.echo(render_summary(result))
+    else:
+        text = json.dumps(result.to_json(), indent=2, ensure_ascii=False, allow_nan=False)
+        # A lone surrogate (from bytes that were not UTF-8) cannot be written as UTF-8;
+        # backslashreplace turns it into a \uXXXX escape, which is valid JSON inside a string.
+        click.echo(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+
+
+def _run_batch(policy: SalvagePolicy) -> None:
+    out = sys.stdout
+    for number, line in enumerate(sys.stdin.buffer, start=1):
+        text = line.decode("utf-8", "surrogateescape").strip()
+        if not text:
+            continue
+        record: Any
+        try:
+            request = json.loads(text)
+            raw, finish = request["raw"], request.get("finish_reason")
+            if not isinstance(raw, str) or not (finish is None or isinstance(finish, str)):
+                raise TypeError
+            record = salvage(raw, policy, finish_reason=finish).to_json()
+        except (ValueError, KeyError, TypeError, AttributeError):
+            record = {
+                "line": number,
+                "error": 'expected a JSON object {"raw": string, "finish_reason": string|null}',
+            }
+        out.write(json.dumps(record, ensure_ascii=True, allow_nan=False) + "\n")
+    out.flush()
+
+
+def render_summary(result: SalvageResult) -> str:
+    """A few lines a person can read at a terminal."""
+    counts = result.counts()
+    by_reason = ", ".join(f"{k}: {v}" for k, v in counts["by_reason"].items()) or "none"
+    flags = [
+        "document is valid JSON" if result.document_valid else "document is not valid JSON",
+        "output truncated" if result.truncated else "output complete",
+        f"finish reason: {result.finish_reason or 'not given'}",
+    ]
+    lines = [
+        f"status       {result.status}",
+        f"output       {'; '.join(flags)}",
+        f"envelope     {', '.join(result.envelope) or 'nothing recovered'}",
+        f"accepted     {counts['accepted']} of {counts['candidates']} candidates",
+        f"quarantined  {counts['quarantined']} ({by_reason})",
+    ]
+    for item in result.quarantined:
+        where = f"item {item.index}" if item.index is not None else "output"
+        lines.append(f"  {where}: {item.message}")
+        lines.append(
+            f"    span {item.span.start}-{item.span.end}, sha256 {item.sha256[:12]}"
+            + (", best-effort repair attached (not accepted)" if item.has_repair else "")
+        )
+    for issue in result.envelope_issues:
+        lines.append(f"  envelope {issue.path}: {issue.problem}")
+    if result.notes:
+        lines.append("notes        " + "; ".join(result.notes))
+    return "\n".join(lines)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"salvagelane: error: {message}", err=True)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Console entry point: one-line errors, exit 2 for anything the user must fix."""
+    try:
+        code = cli.main(args=argv, prog_name="salvagelane", standalone_mode=False)
+    except click.exceptions.Abort:
+        _fail("aborted", 130)
+    except click.ClickException as exc:
+        _fail(exc.format_message().replace("\n", " "), EXIT_USAGE)
+    except (ConfigurationError, InputError) as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except SalvagelaneError as exc:
+        _fail(str(exc), 1)
+    sys.exit(code if isinstance(code, int) else EXIT_OK)
