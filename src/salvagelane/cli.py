@@ -43,7 +43,9 @@ def _parse_allow(values: tuple[str, ...]) -> dict[str, frozenset[str]]:
 def _items_path(dotted: str) -> tuple[str, ...]:
     path = parse_items_path(dotted)
     if any(not part for part in path):
-        raise ItemsPathError(f"--items {dotted!r}: empty key between dots (expected e.g. data.items)")
+        raise ItemsPathError(
+            f"--items {dotted!r}: empty key between dots (expected e.g. data.items)"
+        )
     return path
 
 
@@ -66,23 +68,54 @@ def _items_path(dotted: str) -> tuple[str, ...]:
 )
 @click.option("--max-items", type=click.IntRange(min=0), help="Keep at most N items (by rank).")
 @click.option("--rank-key", help="Item field ranking items for --max-items (smallest wins).")
-@click.option("--max-depth", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Most containers nested in one item, the item itself being 1.")
-@click.option("--max-string-length", type=click.IntRange(min=1), default=8192,
-              show_default=True, help="Longest string or number token in an item.")
-@click.option("--max-bytes", type=click.IntRange(min=1), default=8 * 1024 * 1024,
-              show_default=True, help="Byte cap on the whole output; over it nothing is scanned.")
-@click.option("--allow", "allow", multiple=True, metavar="FIELD=FILE",
-              help="FIELD's value must be one of FILE's lines. Repeatable.")
+@click.option(
+    "--max-depth",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="Most containers nested in one item, the item itself being 1.",
+)
+@click.option(
+    "--max-string-length",
+    type=click.IntRange(min=1),
+    default=8192,
+    show_default=True,
+    help="Longest string or number token in an item.",
+)
+@click.option(
+    "--max-bytes",
+    type=click.IntRange(min=1),
+    default=8 * 1024 * 1024,
+    show_default=True,
+    help="Byte cap on the whole output; over it nothing is scanned.",
+)
+@click.option(
+    "--allow",
+    "allow",
+    multiple=True,
+    metavar="FIELD=FILE",
+    help="FIELD's value must be one of FILE's lines. Repeatable.",
+)
 @click.option("--finish-reason", help="The provider's finish reason (e.g. length, max_tokens).")
-@click.option("--coerce/--no-coerce", default=False, show_default=True,
-              help="Normalise ambiguous scalars (\"5\" -> 5) to the schema's types, recorded.")
-@click.option("--schema-ref", "schema_refs", multiple=True,
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="A schema the item schema may $ref by its $id. Repeatable.")
-@click.option("--batch", is_flag=True,
-              help='Read JSON Lines of {"raw": ..., "finish_reason": ...} from stdin; '
-                   "write one result line per input line.")
+@click.option(
+    "--coerce/--no-coerce",
+    default=False,
+    show_default=True,
+    help='Normalise ambiguous scalars ("5" -> 5) to the schema\'s types, recorded.',
+)
+@click.option(
+    "--schema-ref",
+    "schema_refs",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A schema the item schema may $ref by its $id. Repeatable.",
+)
+@click.option(
+    "--batch",
+    is_flag=True,
+    help='Read JSON Lines of {"raw": ..., "finish_reason": ...} from stdin; '
+    "write one result line per input line.",
+)
 @click.option("--summary", is_flag=True, help="Print a short human summary instead of JSON.")
 def salvage_command(
     file: Path | None,

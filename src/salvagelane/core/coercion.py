@@ -18,7 +18,9 @@ from salvagelane.core.records import Coercion, JSONValue
 from salvagelane.core.strict import member_path
 
 _INTEGER = re.compile(r"[+-]?[0-9]{1,18}")
-_NUMBER = re.compile(r"[+-]?(?:[0-9]{1,18}(?:\.[0-9]{0,18})?|\.[0-9]{1,18})(?:[eE][+-]?[0-9]{1,3})?")
+_NUMBER = re.compile(
+    r"[+-]?(?:[0-9]{1,18}(?:\.[0-9]{0,18})?|\.[0-9]{1,18})(?:[eE][+-]?[0-9]{1,3})?"
+)
 _TRUE = frozenset({"true", "yes"})
 _FALSE = frozenset({"false", "no"})
 _NULL = frozenset({"null", "n/a", "none"})

@@ -10,10 +10,10 @@ survivors, so an invalid item never takes a valid item's slot.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from json.decoder import scanstring
 from typing import Any
 
 from salvagelane.core.coercion import coerce
@@ -136,9 +136,10 @@ def _string_length(token: str, limit: int) -> int:
     if inner <= limit or inner > 6 * limit or not token.endswith('"'):
         return inner  # escapes cannot shrink it under the limit, or it is cut off
     try:
-        return len(scanstring(token, 1)[0])
+        decoded = json.loads(token)
     except ValueError:
         return inner
+    return len(decoded) if isinstance(decoded, str) else inner
 
 
 def check_truncated(review: Review, ctx: ChainContext) -> Review | Rejection:
@@ -272,8 +273,10 @@ def select_within_limit(
     kept_ids = {id(r) for r in ordered[:limit]}
     kept = [r for r in survivors if id(r) in kept_ids]
     dropped: list[tuple[Review, Rejection]] = []
-    by = f"the {limit} with the smallest {guardrails.rank_key}" if guardrails.rank_key else (
-        f"the first {limit}"
+    by = (
+        f"the {limit} with the smallest {guardrails.rank_key}"
+        if guardrails.rank_key
+        else (f"the first {limit}")
     )
     for review in survivors:
         if id(review) in kept_ids:
@@ -306,4 +309,3 @@ def lookup(data: JSONValue, dotted: str) -> tuple[bool, JSONValue]:
             return False, None
         node = node[part]
     return True, node
-

@@ -18,7 +18,7 @@ WS_RUN = re.compile(r"[ \t\n\r]*+")
 STRING = re.compile('"' + STRING_BODY + '"')
 """A well-formed JSON string token, quotes included."""
 
-STRING_PREFIX_TO_END = re.compile('"' + STRING_BODY + r'(?:\\(?:u[0-9a-fA-F]{0,3})?)?\Z')
+STRING_PREFIX_TO_END = re.compile('"' + STRING_BODY + r"(?:\\(?:u[0-9a-fA-F]{0,3})?)?\Z")
 """A string cut off by the end of the text: every character so far is legal."""
 
 NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][+-]?+[0-9]++)?+")

@@ -182,9 +182,7 @@ def _envelope_problem(
     if member.closure is Closure.BROKEN:
         return member.defect or "damaged"
     text = member.span.text(raw)
-    as_candidate = Candidate(
-        index=-1, span=member.span, closure=member.closure, depth=member.depth
-    )
+    as_candidate = Candidate(index=-1, span=member.span, closure=member.closure, depth=member.depth)
     sized = check_size(Review(candidate=as_candidate, text=text), ctx)
     if isinstance(sized, Rejection):
         return sized.signal.message(sized.reason)
@@ -204,4 +202,3 @@ def _notes(scanned: ScanResult) -> tuple[str, ...]:
     elif not scanned.container_closed:
         notes.append("items array not closed")
     return tuple(notes)
-

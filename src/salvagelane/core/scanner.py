@@ -200,7 +200,9 @@ class _Scanner:
         if self.text[: root.start].strip(lexis.WHITESPACE):
             self.anomalies.append(Anomaly(kind="leading_text", span=Span(start=0, end=root.start)))
         if self.text[root.end :].strip(lexis.WHITESPACE):
-            self.anomalies.append(Anomaly(kind="trailing_text", span=Span(start=root.end, end=self.n)))
+            self.anomalies.append(
+                Anomaly(kind="trailing_text", span=Span(start=root.end, end=self.n))
+            )
 
     # ------------------------------------------------------ envelope objects
 
@@ -473,14 +475,12 @@ class _Scanner:
                 return self._cut(start, anchor, depth, "item not closed before the next item")
             pos = run_end
             if pos >= n:
-                return _Value(end=n, resume=n, closure=Closure.TRUNCATED, depth=depth, defect=defect)
+                return _Value(
+                    end=n, resume=n, closure=Closure.TRUNCATED, depth=depth, defect=defect
+                )
             char = text[pos]
             if char == "{" or char == "[":
-                if (
-                    anchor == pos
-                    and stack[-1] == "{"
-                    and self._prev_char(pos) != ":"
-                ):
+                if anchor == pos and stack[-1] == "{" and self._prev_char(pos) != ":":
                     return self._cut(start, pos, depth, "item not closed before the next item")
                 stack.append(char)
                 open_counts[char] += 1

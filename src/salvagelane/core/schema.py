@@ -27,7 +27,8 @@ _MAX_DETAILS = 3
 
 
 def _refuse_retrieval(uri: str) -> referencing.Resource[Any]:
-    raise referencing.exceptions.NoSuchResource(ref=uri)
+    # referencing's exceptions are attrs classes, which mypy cannot see through.
+    raise referencing.exceptions.NoSuchResource(ref=uri)  # type: ignore[call-arg]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -53,13 +54,15 @@ class ItemSchema:
             schema, default=jsonschema.Draft202012Validator
         )
         try:
-            validator_class.check_schema(schema)
+            validator_class.check_schema(dict(schema))
         except jsonschema.exceptions.SchemaError as exc:
             where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
             raise SchemaError(
                 f"{source}: not a valid JSON Schema at {where}: {exc.message}"
             ) from exc
-        registry: referencing.Registry[Any] = referencing.Registry(retrieve=_refuse_retrieval)
+        registry: referencing.Registry[Any] = referencing.Registry(
+            retrieve=_refuse_retrieval  # type: ignore[call-arg]
+        )
         known_ids: set[str] = set()
         for resource in resources:
             res = referencing.Resource.from_contents(resource, default_specification=DRAFT202012)

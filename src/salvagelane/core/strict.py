@@ -17,7 +17,6 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from json.decoder import scanstring
 from typing import Any
 
 from salvagelane.core import lexis
@@ -229,7 +228,7 @@ def validate_iteratively(text: str) -> bool:
             if token == "}" and expect == _KEY_OR_CLOSE:
                 stack.pop()
             elif kind == "string" and top is not None:
-                key = scanstring(token, 1)[0]
+                key = json.loads(token)
                 if key in top:
                     return False
                 top.add(key)
