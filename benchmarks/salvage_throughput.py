@@ -1,0 +1,759 @@
+"""Throughput of salvagelane against json.loads and json_repair, on the same documents.
+
+Run from the project root:
+
+    .venv/bin/python benchmarks/salvage_throughput.py            # full run (~1-2 min)
+    .venv/bin/python benchmarks/salvage_throughput.py --quick    # smoke run (seconds)
+    .venv/bin/python benchmarks/salvage_throughput.py --json     # figures as JSON on stdout
+    .venv/bin/python benchmarks/salvage_throughput.py --profile  # cProfile of scan+parse
+
+Documents are generated deterministically (seeded ``random.Random``) in the
+daily-triage item shape (schemas/daily-triage-item.schema.json), with sentences
+taken from tests/fixtures/daily-triage-truncated/complete.json. Valid reports
+come in several sizes, pretty-printed and compact; each is then broken four ways
+(truncated mid-item, a missing comma deep in the list, an unescaped quote pair
+deep in the list, prose plus a code fence around it).
+
+Every figure is the best of several repetitions (``time.perf_counter``; each
+repetition runs the call enough times to take at least ``--min-rep`` seconds),
+with the garbage collector off during timing unless ``--gc`` is given, as
+``timeit`` does. MB/s is UTF-8 input bytes of the whole document / 10**6 /
+seconds per call. The verdict on each target is taken on the worst document
+set; a target is never reported as met unless every set meets it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import hashlib
+import importlib.metadata
+import io
+import json
+import math
+import os
+import platform
+import pstats
+import random
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from json.decoder import scanstring
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+try:
+    import salvagelane  # noqa: F401
+except ImportError:  # run with a Python that does not have the package installed
+    sys.path.insert(0, str(ROOT / "src"))
+
+from salvagelane.core.guardrails import Guardrails
+from salvagelane.core.salvage import SalvagePolicy, salvage
+from salvagelane.core.scanner import ItemsPath, scan
+from salvagelane.core.schema import ItemSchema
+from salvagelane.core.strict import Parsed, Unparsable, parse_item
+
+try:
+    import json_repair
+except ImportError:  # pragma: no cover - the bench extra is missing
+    sys.exit("json_repair is not installed: pip install -e '.[bench]'")
+
+SEED = 20261121
+FIXTURE = ROOT / "tests" / "fixtures" / "daily-triage-truncated"
+SCHEMA_PATH = ROOT / "schemas" / "daily-triage-item.schema.json"
+ITEMS_PATH: ItemsPath = ("recommendations",)
+FULL_SIZES = (16, 200, 2000)
+QUICK_SIZES = (16, 200)
+FORMATS = ("pretty", "compact")
+BROKEN_VARIANTS = ("truncated", "comma", "quote", "fenced")
+VARIANT_NOTES = {
+    "valid": "the report as generated",
+    "truncated": "cut in the middle of the 'why' string of the item 3/4 of the way down",
+    "comma": "the comma after 'action' removed in the item 3/4 of the way down",
+    "quote": "an unescaped quote pair inside 'why' of the item 3/4 of the way down",
+    "fenced": "prose before and after, report inside a ```json code fence",
+}
+PROSE_BEFORE = "Here is today's triage report, ranked by WSJF score.\n\n```json\n"
+PROSE_AFTER = (
+    "\n```\n\nLet me know if you want the deferred items broken down further, "
+    "or the scores recomputed with different job sizes.\n"
+)
+
+TARGET_LOADS = 3.0  # json.loads MB/s / scan+parse MB/s on valid reports: at most
+TARGET_SP_VS_REPAIR = 10.0  # scan+parse / json_repair on broken reports: at least
+TARGET_SALVAGE_VS_REPAIR = 1.0  # whole salvage / json_repair on broken reports: more than
+
+
+# --------------------------------------------------------------------- corpus
+
+
+@dataclass(frozen=True, slots=True)
+class Doc:
+    name: str
+    variant: str
+    size: int  # items in the valid report it was made from
+    fmt: str
+    text: str
+    nbytes: int
+    broken_rank: int | None  # rank of the damaged item, if any
+
+    @property
+    def valid(self) -> bool:
+        return self.variant == "valid"
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    summary: str
+    sentences: tuple[str, ...]
+    workstreams: tuple[str, ...]
+    actions: tuple[str, ...]
+    schema: dict[str, Any]
+
+
+def load_inputs() -> Inputs:
+    complete = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
+    sentences: list[str] = []
+    for item in complete["recommendations"]:
+        sentences.extend(s for s in re.split(r"(?<=[.!?])\s+", item["why"]) if s)
+    lines = (FIXTURE / "workstreams.txt").read_text(encoding="utf-8").splitlines()
+    workstreams = tuple(sorted({x.strip() for x in lines if x.strip() and x[0] != "#"}))
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    return Inputs(
+        summary=complete["summary"],
+        sentences=tuple(sentences),
+        workstreams=workstreams,
+        actions=tuple(schema["properties"]["action"]["enum"]),
+        schema=schema,
+    )
+
+
+def make_report(inputs: Inputs, size: int) -> dict[str, Any]:
+    """A valid daily-triage report with ``size`` items; the same for the same size."""
+    rng = random.Random(f"{SEED}-{size}")
+    items = []
+    for index in range(size):
+        picked = rng.sample(inputs.sentences, rng.randint(1, 3))
+        why = picked[0]
+        for sentence in picked[1:]:
+            if len(why) + 1 + len(sentence) > 600:  # the schema's maxLength
+                break
+            why += ("\n" if rng.random() < 0.1 else " ") + sentence
+        bv, tc, rr = rng.randint(1, 20), rng.randint(1, 20), rng.randint(1, 20)
+        job = rng.randint(1, 13)
+        items.append(
+            {
+                "rank": index + 1,
+                "candidate": rng.choice(inputs.workstreams),
+                "action": rng.choice(inputs.actions),
+                "why": why,
+                "confidence": round(rng.uniform(0.5, 0.97), 2),
+                "wsjf": {
+                    "business_value": bv,
+                    "time_criticality": tc,
+                    "risk_reduction": rr,
+                    "job_size": job,
+                    "score": round((bv + tc + rr) / job, 2),
+                },
+            }
+        )
+    return {"summary": inputs.summary, "recommendations": items}
+
+
+def render(report: dict[str, Any], fmt: str) -> str:
+    if fmt == "pretty":
+        return json.dumps(report, indent=2, ensure_ascii=False)
+    return json.dumps(report, separators=(",", ":"), ensure_ascii=False)
+
+
+def _item_start(text: str, fmt: str, rank: int) -> int:
+    token = f'"rank": {rank},' if fmt == "pretty" else f'"rank":{rank},'
+    at = text.find(token)
+    if at < 0:
+        raise RuntimeError(f"generator: item with rank {rank} not found")
+    return text.rfind("{", 0, at)
+
+
+def _why_string(text: str, fmt: str, item_start: int) -> tuple[int, int]:
+    """Offsets of the opening quote and just past the closing quote of the item's 'why'."""
+    key = '"why": "' if fmt == "pretty" else '"why":"'
+    opening = text.find(key, item_start) + len(key) - 1
+    _, end = scanstring(text, opening + 1)
+    return opening, end
+
+
+def break_report(text: str, fmt: str, size: int, variant: str) -> tuple[str, int | None]:
+    if variant == "fenced":
+        return PROSE_BEFORE + text + PROSE_AFTER, None
+    rank = size * 3 // 4 + 1  # deep in the list: the item 3/4 of the way down
+    start = _item_start(text, fmt, rank)
+    opening, end = _why_string(text, fmt, start)
+    if variant == "truncated":
+        cut = opening + 1 + (end - opening - 2) // 2
+        while text[cut - 1] == "\\":  # do not end inside an escape sequence
+            cut -= 1
+        return text[:cut], rank
+    if variant == "comma":
+        comma = text.rfind(",", start, opening)  # the one after the 'action' value
+        return text[:comma] + text[comma + 1 :], rank
+    if variant == "quote":
+        space = text.find(" ", opening + (end - opening) // 3)
+        return text[: space + 1] + '"urgent" ' + text[space + 1 :], rank
+    raise ValueError(variant)
+
+
+def build_corpus(inputs: Inputs, sizes: Sequence[int]) -> list[Doc]:
+    docs: list[Doc] = []
+    broken: list[Doc] = []
+    for size in sizes:
+        report = make_report(inputs, size)
+        for fmt in FORMATS:
+            text = render(report, fmt)
+            docs.append(_doc("valid", size, fmt, text, None))
+            for variant in BROKEN_VARIANTS:
+                damaged, rank = break_report(text, fmt, size, variant)
+                broken.append(_doc(variant, size, fmt, damaged, rank))
+    order = {v: i for i, v in enumerate(BROKEN_VARIANTS)}
+    broken.sort(key=lambda d: (order[d.variant], d.size, FORMATS.index(d.fmt)))
+    return docs + broken
+
+
+def _doc(variant: str, size: int, fmt: str, text: str, rank: int | None) -> Doc:
+    return Doc(
+        name=f"{variant}-{size}-{fmt}",
+        variant=variant,
+        size=size,
+        fmt=fmt,
+        text=text,
+        nbytes=len(text.encode("utf-8")),
+        broken_rank=rank,
+    )
+
+
+def corpus_digest(docs: Sequence[Doc]) -> str:
+    digest = hashlib.sha256()
+    for doc in docs:
+        digest.update(doc.name.encode() + b"\0" + doc.text.encode("utf-8") + b"\0")
+    return digest.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- operations
+
+
+def scan_and_parse(text: str) -> list[Parsed | Unparsable]:
+    """scan() plus the strict parse of every complete candidate's span."""
+    result = scan(text, ITEMS_PATH)
+    return [
+        parse_item(c.span.text(text), offset=c.span.start) for c in result.candidates if c.complete
+    ]
+
+
+def policy_for(doc: Doc, schema: ItemSchema, workstreams: Sequence[str]) -> SalvagePolicy:
+    return SalvagePolicy(
+        items_path=ITEMS_PATH,
+        item_schema=schema,
+        guardrails=Guardrails(
+            max_items=max_items_for(doc.size),
+            rank_key="rank",
+            allow_lists={"candidate": frozenset(workstreams)},
+        ),
+    )
+
+
+def max_items_for(size: int) -> int:
+    """Keep half the items, like the daily-triage demo keeps 7 of 16: over_limit does work."""
+    return max(1, size // 2)
+
+
+# ------------------------------------------------------------------- timing
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    min_rep_s: float
+    reps: int
+    min_reps: int
+    budget_s: float  # soft cap on the timed part of one measurement
+    keep_gc: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    best_s: float  # seconds per call, best repetition
+    median_s: float
+    reps: int
+    number: int  # calls per repetition
+
+    def mb_s(self, nbytes: int) -> float:
+        return nbytes / 1e6 / self.best_s
+
+    @property
+    def spread(self) -> float:
+        return self.median_s / self.best_s - 1.0
+
+
+def _timed(fn: Callable[[], object], number: int, keep_gc: bool) -> float:
+    gc_was_enabled = gc.isenabled()
+    if not keep_gc:
+        gc.disable()
+    try:
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        return time.perf_counter() - start
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def measure(fn: Callable[[], object], cfg: Config) -> Timing:
+    fn()  # warm-up, untimed
+    gc.collect()
+    number = 1
+    elapsed = _timed(fn, number, cfg.keep_gc)
+    while elapsed < cfg.min_rep_s:
+        wanted = math.ceil(number * 1.2 * cfg.min_rep_s / max(elapsed, 1e-7))
+        number = min(number * 10, max(number * 2, wanted))
+        elapsed = _timed(fn, number, cfg.keep_gc)
+    reps = cfg.reps
+    if elapsed * reps > cfg.budget_s:
+        reps = max(cfg.min_reps, int(cfg.budget_s / elapsed))
+    times = [elapsed / number]
+    for _ in range(reps - 1):
+        times.append(_timed(fn, number, cfg.keep_gc) / number)
+    return Timing(best_s=min(times), median_s=statistics.median(times), reps=reps, number=number)
+
+
+# ------------------------------------------------------------------- running
+
+
+MEASURES = ("loads", "scan_parse", "schema", "salvage", "repair")
+
+
+@dataclass(slots=True)
+class Row:
+    doc: Doc
+    items_checked: int = 0  # items the schema-only figure validates
+    timings: dict[str, Timing] = field(default_factory=dict)
+    outcome: dict[str, Any] = field(default_factory=dict)
+
+    def mb_s(self, measure_name: str) -> float | None:
+        timing = self.timings.get(measure_name)
+        return None if timing is None else timing.mb_s(self.doc.nbytes)
+
+    def ratio(self, numerator: str, denominator: str) -> float | None:
+        top, bottom = self.mb_s(numerator), self.mb_s(denominator)
+        return None if top is None or bottom is None else top / bottom
+
+
+def run_doc(doc: Doc, schema: ItemSchema, workstreams: Sequence[str], cfg: Config) -> Row:
+    row = Row(doc=doc)
+    text = doc.text
+    policy = policy_for(doc, schema, workstreams)
+    parsed = scan_and_parse(text)
+    items = [p.value for p in parsed if isinstance(p, Parsed) and isinstance(p.value, dict)]
+    row.items_checked = len(items)
+    check = schema.check
+
+    def check_all() -> None:
+        for item in items:
+            check(item)
+
+    if doc.valid:
+        row.timings["loads"] = measure(lambda: json.loads(text), cfg)
+    row.timings["scan_parse"] = measure(lambda: scan_and_parse(text), cfg)
+    row.timings["schema"] = measure(check_all, cfg)
+    row.timings["salvage"] = measure(lambda: salvage(text, policy), cfg)
+    row.timings["repair"] = measure(lambda: json_repair.repair_json(text, return_objects=True), cfg)
+    row.outcome = outcome_of(doc, policy, items, schema)
+    return row
+
+
+def outcome_of(
+    doc: Doc, policy: SalvagePolicy, items: Sequence[object], schema: ItemSchema
+) -> dict[str, Any]:
+    """What each tool made of the document, and whether salvage did what the set intends."""
+    result = salvage(doc.text, policy)
+    counts = result.counts()
+    reasons: dict[str, int] = dict(counts["by_reason"])
+    limit = max_items_for(doc.size)
+    expected: dict[str, int]
+    if doc.variant in ("valid", "fenced"):
+        expected = {"over_limit": doc.size - limit} if doc.size > limit else {}
+        expect_candidates = doc.size
+    elif doc.variant == "truncated":
+        assert doc.broken_rank is not None
+        survivors = doc.broken_rank - 1
+        expected = {"truncated": 1}
+        if survivors > limit:
+            expected["over_limit"] = survivors - limit
+        expect_candidates = doc.broken_rank
+    else:
+        survivors = doc.size - 1
+        expected = {"malformed": 1}
+        if survivors > limit:
+            expected["over_limit"] = survivors - limit
+        expect_candidates = doc.size
+    ok = reasons == expected and counts["candidates"] == expect_candidates
+    repaired = json_repair.repair_json(doc.text, return_objects=True)
+    repaired_items = repaired.get("recommendations") if isinstance(repaired, dict) else None
+    repaired_valid = (
+        sum(1 for x in repaired_items if schema.check(x) is None)
+        if isinstance(repaired_items, list)
+        else 0
+    )
+    return {
+        "status": str(result.status),
+        "candidates": counts["candidates"],
+        "accepted": counts["accepted"],
+        "by_reason": reasons,
+        "expected_by_reason": expected,
+        "as_expected": ok,
+        "parsed_items": len(items),
+        "json_repair_items": len(repaired_items) if isinstance(repaired_items, list) else None,
+        "json_repair_schema_valid": repaired_valid,
+    }
+
+
+# ------------------------------------------------------------------- report
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    label: str
+    target: str
+    values: tuple[tuple[str, float], ...]  # (document, ratio)
+    passes: Callable[[float], bool]
+
+    @property
+    def worst(self) -> tuple[str, float]:
+        failing = [v for v in self.values if not self.passes(v[1])]
+        pool = failing or list(self.values)
+        # the worst is the one farthest from passing: smallest for >=/>, largest for <=
+        if self.passes(0.0):
+            return max(pool, key=lambda v: v[1])
+        return min(pool, key=lambda v: v[1])
+
+    @property
+    def n_pass(self) -> int:
+        return sum(1 for _, v in self.values if self.passes(v))
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.values) and self.n_pass == len(self.values)
+
+    @property
+    def geomean(self) -> float:
+        return math.exp(statistics.fmean(math.log(v) for _, v in self.values))
+
+
+def verdicts(rows: Sequence[Row]) -> list[Verdict]:
+    valid = [r for r in rows if r.doc.valid]
+    broken = [r for r in rows if not r.doc.valid]
+
+    def collect(pool: Sequence[Row], top: str, bottom: str) -> tuple[tuple[str, float], ...]:
+        out = []
+        for row in pool:
+            value = row.ratio(top, bottom)
+            if value is not None:
+                out.append((row.doc.name, value))
+        return tuple(out)
+
+    return [
+        Verdict(
+            label="json.loads / scan+parse   (valid reports)",
+            target=f"<= {TARGET_LOADS:g}x",
+            values=collect(valid, "loads", "scan_parse"),
+            passes=lambda v: v <= TARGET_LOADS,
+        ),
+        Verdict(
+            label="scan+parse / json_repair  (broken reports)",
+            target=f">= {TARGET_SP_VS_REPAIR:g}x",
+            values=collect(broken, "scan_parse", "repair"),
+            passes=lambda v: v >= TARGET_SP_VS_REPAIR,
+        ),
+        Verdict(
+            label="salvage / json_repair     (broken reports)",
+            target=f"> {TARGET_SALVAGE_VS_REPAIR:g}x",
+            values=collect(broken, "salvage", "repair"),
+            passes=lambda v: v > TARGET_SALVAGE_VS_REPAIR,
+        ),
+    ]
+
+
+def context() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "json_repair": _version("json_repair"),
+        "jsonschema": _version("jsonschema"),
+        "salvagelane_rev": _git_rev(),
+    }
+    if hasattr(os, "sched_getaffinity"):
+        info["cpus_usable"] = len(os.sched_getaffinity(0))
+    return info
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def _git_rev() -> str:
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, timeout=5, check=True,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "src"],
+            capture_output=True, text=True, timeout=5, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    return rev + ("+uncommitted src changes" if dirty else "")
+
+
+def _fmt(value: float | None, width: int) -> str:
+    if value is None:
+        return "-".rjust(width)
+    if value >= 100:
+        return f"{value:{width}.0f}"
+    if value >= 10:
+        return f"{value:{width}.1f}"
+    return f"{value:{width}.2f}"
+
+
+def _ratio(value: float | None, ok: bool | None, width: int) -> str:
+    if value is None:
+        return "-".rjust(width)
+    mark = "" if ok is None else (" ok" if ok else " !!")
+    return (_fmt(value, 0) + "x" + mark).rjust(width)
+
+
+def print_report(
+    rows: Sequence[Row], cfg: Config, ctx: dict[str, Any], digest: str, elapsed: float
+) -> None:
+    out = sys.stdout
+    out.write(
+        f"machine: {ctx['python']} | {ctx['platform']} | cpu_count={ctx['cpu_count']}"
+        + (f" (usable {ctx['cpus_usable']})" if "cpus_usable" in ctx else "")
+        + f" | json_repair {ctx['json_repair']} | jsonschema {ctx['jsonschema']}"
+        + f" | salvagelane {ctx['salvagelane_rev']}\n"
+    )
+    out.write(
+        f"timing: best of {cfg.reps} reps (fewer, min {cfg.min_reps}, for slow calls), each rep"
+        f" >= {cfg.min_rep_s * 1000:g} ms, gc {'on' if cfg.keep_gc else 'off'} while timing;"
+        f" MB/s = UTF-8 input bytes / 1e6 / s; corpus seed {SEED}, digest {digest}\n\n"
+    )
+    head = (
+        f"{'document':<24}{'items':>6}{'KB':>8} |{'loads':>7}{'scan+':>8}{'schema':>8}"
+        f"{'schema':>8}{'salvage':>9}{'json_':>8} |{'loads/':>10}{'s+p/':>10}{'salv/':>10}\n"
+        f"{'':<24}{'':>6}{'':>8} |{'':>7}{'parse':>8}{'only':>8}{'us/item':>8}{'':>9}"
+        f"{'repair':>8} |{'scan+parse':>10}{'repair':>10}{'repair':>10}\n"
+        f"{'':<24}{'':>6}{'':>8} |{'MB/s':>7}{'MB/s':>8}{'MB/s':>8}{'':>8}{'MB/s':>9}"
+        f"{'MB/s':>8} |{'<=3x':>10}{'>=10x':>10}{'>1x':>10}\n"
+    )
+    out.write(head)
+    rule = "-" * (len(head.splitlines()[0])) + "\n"
+    out.write(rule)
+    previous = None
+    for row in rows:
+        doc = row.doc
+        if previous is not None and previous != doc.variant:
+            out.write(rule)
+        previous = doc.variant
+        schema_t = row.timings["schema"]
+        per_item = schema_t.best_s / row.items_checked * 1e6 if row.items_checked else None
+        r1 = row.ratio("loads", "scan_parse") if doc.valid else None
+        r2 = None if doc.valid else row.ratio("scan_parse", "repair")
+        r3 = None if doc.valid else row.ratio("salvage", "repair")
+        out.write(
+            f"{doc.name:<24}{doc.size:>6}{doc.nbytes / 1000:>8.1f} |"
+            f"{_fmt(row.mb_s('loads'), 7)}{_fmt(row.mb_s('scan_parse'), 8)}"
+            f"{_fmt(row.mb_s('schema'), 8)}{_fmt(per_item, 8)}{_fmt(row.mb_s('salvage'), 9)}"
+            f"{_fmt(row.mb_s('repair'), 8)} |"
+            f"{_ratio(r1, None if r1 is None else r1 <= TARGET_LOADS, 10)}"
+            f"{_ratio(r2, None if r2 is None else r2 >= TARGET_SP_VS_REPAIR, 10)}"
+            f"{_ratio(r3, None if r3 is None else r3 > TARGET_SALVAGE_VS_REPAIR, 10)}\n"
+        )
+    out.write(rule)
+    out.write(
+        "schema only: ItemSchema.check on each already-parsed item (MB/s over the whole"
+        " document's bytes); salvage: scan, size/depth checks, strict parse, schema, allow-list"
+        " 'candidate', max_items=N/2 by 'rank', envelope, document validity.\n\n"
+    )
+
+    out.write("targets (verdict on the worst document set; geometric mean for context)\n")
+    for v in verdicts(rows):
+        name, value = v.worst
+        out.write(
+            f"  {v.label}  target {v.target:<7} worst {_fmt(value, 0)}x ({name}),"
+            f" geomean {_fmt(v.geomean, 0)}x, {v.n_pass}/{len(v.values)} sets meet it"
+            f"  -> {'PASS' if v.ok else 'MISS'}\n"
+        )
+
+    out.write("\noutcomes (outside timing): salvage counts, and what json_repair returned\n")
+    out.write(
+        f"  {'document':<24}{'status':>8}{'cand':>6}{'acc':>6}  {'quarantined by reason':<34}"
+        f"{'check':>6}{'jr items':>10}{'jr valid':>9}\n"
+    )
+    for row in rows:
+        o = row.outcome
+        reasons = ", ".join(f"{k}={v}" for k, v in sorted(o["by_reason"].items())) or "-"
+        jr = o["json_repair_items"]
+        out.write(
+            f"  {row.doc.name:<24}{o['status']:>8}{o['candidates']:>6}{o['accepted']:>6}  "
+            f"{reasons:<34}{'ok' if o['as_expected'] else 'UNEXP':>6}"
+            f"{'-' if jr is None else jr:>10}{o['json_repair_schema_valid']:>9}\n"
+        )
+    unexpected = [r.doc.name for r in rows if not r.outcome["as_expected"]]
+    if unexpected:
+        out.write(
+            "  UNEXPECTED salvage outcome (expected by_reason shown in --json): "
+            + ", ".join(unexpected)
+            + "\n"
+        )
+    spreads = sorted((t.spread, f"{r.doc.name}/{m}") for r in rows for m, t in r.timings.items())
+    mid = statistics.median(s for s, _ in spreads)
+    worst, where = spreads[-1]
+    out.write(
+        f"\nrepeatability: median/best - 1 over {len(spreads)} measurements: median"
+        f" {mid * 100:.1f}%, worst {worst * 100:.1f}% ({where}); total {elapsed:.0f} s\n"
+    )
+
+
+def as_json(
+    rows: Sequence[Row], cfg: Config, ctx: dict[str, Any], digest: str, elapsed: float
+) -> dict[str, Any]:
+    return {
+        "context": ctx,
+        "config": {
+            "seed": SEED,
+            "corpus_digest": digest,
+            "min_rep_s": cfg.min_rep_s,
+            "reps": cfg.reps,
+            "min_reps": cfg.min_reps,
+            "gc_during_timing": cfg.keep_gc,
+            "mb": "1e6 bytes of UTF-8 input",
+            "elapsed_s": round(elapsed, 1),
+        },
+        "documents": [
+            {
+                "name": r.doc.name,
+                "variant": r.doc.variant,
+                "variant_note": VARIANT_NOTES[r.doc.variant],
+                "items": r.doc.size,
+                "format": r.doc.fmt,
+                "bytes": r.doc.nbytes,
+                "broken_rank": r.doc.broken_rank,
+                "items_schema_checked": r.items_checked,
+                "figures": {
+                    m: {
+                        "mb_s": round(t.mb_s(r.doc.nbytes), 3),
+                        "best_s": t.best_s,
+                        "median_s": t.median_s,
+                        "reps": t.reps,
+                        "calls_per_rep": t.number,
+                    }
+                    for m, t in r.timings.items()
+                },
+                "schema_us_per_item": (
+                    r.timings["schema"].best_s / r.items_checked * 1e6 if r.items_checked else None
+                ),
+                "ratios": {
+                    "loads_over_scan_parse": r.ratio("loads", "scan_parse"),
+                    "scan_parse_over_repair": r.ratio("scan_parse", "repair"),
+                    "salvage_over_repair": r.ratio("salvage", "repair"),
+                },
+                "outcome": r.outcome,
+            }
+            for r in rows
+        ],
+        "targets": [
+            {
+                "label": " ".join(v.label.split()),
+                "target": v.target,
+                "worst": {"document": v.worst[0], "ratio": v.worst[1]},
+                "geomean": v.geomean,
+                "sets_meeting": v.n_pass,
+                "sets": len(v.values),
+                "verdict": "PASS" if v.ok else "MISS",
+            }
+            for v in verdicts(rows)
+        ],
+    }
+
+
+def profile(docs: Sequence[Doc], top: int) -> None:
+    """cProfile of scan+parse on the largest valid pretty-printed report."""
+    doc = max((d for d in docs if d.valid and d.fmt == "pretty"), key=lambda d: d.nbytes)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(5):
+        scan_and_parse(doc.text)
+    profiler.disable()
+    buffer = io.StringIO()
+    stats = pstats.Stats(profiler, stream=buffer)
+    stats.sort_stats("tottime").print_stats(top)
+    print(f"cProfile: scan+parse x5 on {doc.name} ({doc.nbytes / 1000:.0f} KB), by own time")
+    print(buffer.getvalue())
+
+
+# --------------------------------------------------------------------- main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small documents, few reps")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--gc", action="store_true", help="keep the GC enabled while timing")
+    parser.add_argument("--reps", type=int, help="repetitions per figure (best is kept)")
+    parser.add_argument("--min-rep", type=float, help="seconds one repetition lasts at least")
+    parser.add_argument("--profile", action="store_true", help="only profile scan+parse")
+    args = parser.parse_args(argv)
+
+    cfg = Config(
+        min_rep_s=args.min_rep or (0.01 if args.quick else 0.05),
+        reps=args.reps or (3 if args.quick else 7),
+        min_reps=3 if args.quick else 5,
+        budget_s=0.5 if args.quick else 2.5,
+        keep_gc=args.gc,
+    )
+    inputs = load_inputs()
+    docs = build_corpus(inputs, QUICK_SIZES if args.quick else FULL_SIZES)
+    if args.profile:
+        profile(docs, top=25)
+        return 0
+    schema = ItemSchema.compile(inputs.schema, source=str(SCHEMA_PATH))
+    started = time.perf_counter()
+    rows = []
+    for number, doc in enumerate(docs, 1):
+        if not args.json:
+            print(f"\r[{number}/{len(docs)}] {doc.name:<28}", end="", file=sys.stderr, flush=True)
+        rows.append(run_doc(doc, schema, inputs.workstreams, cfg))
+    if not args.json:
+        print("\r" + " " * 40 + "\r", end="", file=sys.stderr, flush=True)
+    elapsed = time.perf_counter() - started
+    ctx, digest = context(), corpus_digest(docs)
+    if args.json:
+        json.dump(as_json(rows, cfg, ctx, digest, elapsed), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print_report(rows, cfg, ctx, digest, elapsed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
