@@ -449,6 +449,15 @@ class Verdict:
     def ok(self) -> bool:
         return bool(self.values) and self.n_pass == len(self.values)
 
+    def by_variant(self) -> str:
+        """The worst ratio per document variant (the name's first part)."""
+        worst: dict[str, float] = {}
+        for name, value in self.values:
+            variant = name.split("-", 1)[0]
+            if variant not in worst or self.passes(0.0) == (value > worst[variant]):
+                worst[variant] = value
+        return ", ".join(f"{k} {_fmt(v, 0)}x" for k, v in worst.items())
+
     @property
     def geomean(self) -> float:
         return math.exp(statistics.fmean(math.log(v) for _, v in self.values))
@@ -603,6 +612,7 @@ def print_report(
             f" geomean {_fmt(v.geomean, 0)}x, {v.n_pass}/{len(v.values)} sets meet it"
             f"  -> {'PASS' if v.ok else 'MISS'}\n"
         )
+        out.write(f"      worst by set: {v.by_variant()}\n")
 
     out.write("\noutcomes (outside timing): salvage counts, and what json_repair returned\n")
     out.write(

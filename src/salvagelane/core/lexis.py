@@ -35,6 +35,27 @@ KEY_COLON = re.compile('"' + STRING_BODY + r'"[ \t\n\r]*+:')
 FIRST_KEY = re.compile(r'\{[ \t\n\r]*+("' + STRING_BODY + '")[ \t\n\r]*+:')
 """An object that opens with a key: used to learn the item signature."""
 
+
+
+def _nested(levels: int) -> str:
+    """Content of a container that may nest ``levels`` more containers, strings skipped."""
+    alternatives = [r'[^"{}\[\]]++', '"' + STRING_BODY + '"']
+    if levels:
+        inner = _nested(levels - 1)
+        alternatives += [r"\{" + inner + r"\}", r"\[" + inner + r"\]"]
+    return "(?:" + "|".join(alternatives) + ")*+"
+
+
+SHALLOW_CONTAINERS = tuple(
+    re.compile(r"\{" + _nested(depth - 1) + r"\}|\[" + _nested(depth - 1) + r"\]")
+    for depth in (1, 2, 3)
+)
+"""Whole objects or arrays nesting at most 1, 2, 3 levels, with well-formed strings.
+
+Capture-free on purpose: CPython's re mis-tracks groups inside possessive
+repeats (SystemError), so the depth is told by which pattern matches.
+"""
+
 STRAY_TEXT = re.compile(r"[^{}\[\]]++")
 
 LITERALS = ("true", "false", "null")

@@ -460,6 +460,16 @@ class _Scanner:
     def scan_brackets(self, start: int, *, anchored: bool) -> _Value:
         """Match brackets from ``start``, skipping strings; cut at a foreign item start."""
         text, n = self.text, self.n
+        for depth_bound, pattern in enumerate(lexis.SHALLOW_CONTAINERS, start=1):
+            # Fast path: a shallow, well-formed container is matched in one regex call.
+            # It is exactly what the loop below would find, unless a signature lies inside.
+            shallow = pattern.match(text, start)
+            if shallow is not None:
+                end = shallow.end()
+                if anchored and self._anchor_at_or_after(start + 1) < end:
+                    break
+                self.steps += 1
+                return _Value(end=end, resume=end, closure=Closure.CLOSED, depth=depth_bound)
         stack = [text[start]]
         open_counts = {"{": 0, "[": 0}
         open_counts[text[start]] += 1

@@ -1,10 +1,10 @@
 """Strict JSON: the parse an item must survive, and whole-document validity.
 
 Items are parsed with the C decoder, made strict with hooks: no NaN/Infinity,
-no duplicate keys (so ``{"candidate": "ok", "candidate": "evil"}`` can never
-reach an allow-list as ``"evil"``), and, checked only when the raw text could
-hold them, no lone surrogates, no NUL and no number that overflows to
-infinity. Callers bound depth before calling, so the decoder never recurses
+no number that overflows to infinity, no duplicate keys (so
+``{"candidate": "ok", "candidate": "evil"}`` can never reach an allow-list as
+``"evil"``), and, checked only when the raw text could hold them, no lone
+surrogates and no NUL. Callers bound depth before calling, so the decoder never recurses
 deeply.
 
 ``is_strict_document`` answers the narrower RFC 8259 question (grammar plus
@@ -25,8 +25,7 @@ from salvagelane.core.scanner import Closure, bracket_extent
 
 _PARSER_DEPTH_LIMIT = 200  # beyond this the C decoder is not asked at all
 
-_MAYBE_NUL_OR_SURROGATE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])|[\x00\ud800-\udfff]")
-_MAYBE_HUGE_NUMBER = re.compile(r"[eE][+-]?+0*+[0-9]{3}|[0-9]{300}")
+_NUL_OR_SURROGATE_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
@@ -57,7 +56,18 @@ def _reject_constant(name: str) -> Any:
     raise _NonFiniteConstant(name)
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_reject_constant)
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NonFiniteConstant(f"{text[:24]} (overflows to infinity)")
+    return value
+
+
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_unique_pairs, parse_constant=_reject_constant, parse_float=_finite_float
+)
+# Document validity is about grammar: 1e999 is a valid RFC 8259 number.
+_GRAMMAR_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_reject_constant)
 
 _EXPECTED_BY_MESSAGE = {
     "Expecting value": "a JSON value",
@@ -100,7 +110,10 @@ def parse_item(text: str, *, offset: int = 0) -> Parsed | Unparsable:
         return _unparsable("syntax", "$", "nesting the parser can follow", "deeper nesting")
     except ValueError as exc:  # int() beyond sys.get_int_max_str_digits()
         return _unparsable("number_too_long", "$", "a number of sensible length", str(exc)[:80])
-    if _MAYBE_NUL_OR_SURROGATE.search(text) or _MAYBE_HUGE_NUMBER.search(text):
+    # Cheap tests first: a NUL or lone surrogate needs an escape or a raw surrogate.
+    if ("\\u" in text and _NUL_OR_SURROGATE_ESCAPE.search(text)) or (
+        not text.isascii() and _SURROGATE.search(text)
+    ):
         problem = _find_forbidden(value)
         if problem is not None:
             return Unparsable(signal=problem)
@@ -108,7 +121,7 @@ def parse_item(text: str, *, offset: int = 0) -> Parsed | Unparsable:
 
 
 def _find_forbidden(value: JSONValue) -> CorrectionSignal | None:
-    """Walk a parsed value (iteratively) for NUL, lone surrogates and infinities."""
+    """Walk a parsed value (iteratively) for NUL and lone surrogates in keys and strings."""
     stack: list[tuple[str, JSONValue]] = [("$", value)]
     while stack:
         path, node = stack.pop()
@@ -125,13 +138,6 @@ def _find_forbidden(value: JSONValue) -> CorrectionSignal | None:
             bad = _bad_string(path, node, "string")
             if bad is not None:
                 return bad
-        elif isinstance(node, float) and not math.isfinite(node):
-            return CorrectionSignal(
-                code="non_finite",
-                path=path,
-                expected="a number within double precision",
-                received="a number that overflows to infinity",
-            )
     return None
 
 
@@ -177,7 +183,7 @@ def is_strict_document(raw: str) -> bool:
             return False
     if depth <= _PARSER_DEPTH_LIMIT:
         try:
-            _DECODER.decode(text)
+            _GRAMMAR_DECODER.decode(text)
         except (_DuplicateKey, _NonFiniteConstant, json.JSONDecodeError):
             return False
         except (ValueError, RecursionError):

@@ -1,0 +1,25 @@
+"""Shared fixtures. Session-scoped so Hypothesis tests can use them too."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from salvagelane.core import ItemSchema
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """The project checkout (the directory holding pyproject.toml)."""
+    root = Path(__file__).resolve().parents[1]
+    assert (root / "pyproject.toml").is_file()
+    return root
+
+
+@pytest.fixture(scope="session")
+def daily_triage_schema(repo_root: Path) -> ItemSchema:
+    """The compiled item schema of the daily-triage instruction."""
+    path = repo_root / "schemas" / "daily-triage-item.schema.json"
+    return ItemSchema.compile(json.loads(path.read_text(encoding="utf-8")), source=str(path))
