@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,7 +88,12 @@ LAYOUT_CASES = [
         'Sure.\n```\n{"items": [\n  {"a": 1}\n]}\n```\nDone.',
         [A1],
     ),
-    case("pretty-printed", _pretty({"summary": "s", "items": TRIPLE}), TRIPLE, envelope={"summary": "s"}),
+    case(
+        "pretty-printed",
+        _pretty({"summary": "s", "items": TRIPLE}),
+        TRIPLE,
+        envelope={"summary": "s"},
+    ),
     case("compact", _compact({"summary": "s", "items": TRIPLE}), TRIPLE, envelope={"summary": "s"}),
     case("one-item-per-line", _one_per_line(TRIPLE), TRIPLE, envelope={"summary": "s"}),
     case("empty-items-array", '{"items": []}', []),
@@ -146,8 +152,8 @@ STRING_CASES = [
     ),
     case(
         "every-escape-in-one-item-pretty",
-        _pretty({"items": [{"a": "\"\\/\b\f\n\r\t\u0001\u1234\U0001f600"}, A2]}),
-        [{"a": "\"\\/\b\f\n\r\t\u0001\u1234\U0001f600"}, A2],
+        _pretty({"items": [{"a": '"\\/\b\f\n\r\t\u0001\u1234\U0001f600'}, A2]}),
+        [{"a": '"\\/\b\f\n\r\t\u0001\u1234\U0001f600'}, A2],
     ),
 ]
 
@@ -355,8 +361,7 @@ ENVELOPE_CASES = [
         "summary-after-list-missing-close-bracket",
         '{"items": [{"a": 1}, {"a": 2},\n"summary": "after"}',
         [A1, A2],
-        envelope={"summary": "after"},
-        status=PARTIAL,
+        envelope={"summary": "after"},  # as for '{"items": [{"a": 1}}': unclosed, not damaged
     ),
     case(
         "nested-items-path",
@@ -398,7 +403,13 @@ ENVELOPE_CASES = [
         status=FAILED,
         items_found=False,
     ),
-    case("no-json-at-all", "I could not produce a report today.", [], status=FAILED, items_found=False),
+    case(
+        "no-json-at-all",
+        "I could not produce a report today.",
+        [],
+        status=FAILED,
+        items_found=False,
+    ),
     case(
         "duplicate-envelope-key-not-taken",
         '{"summary": "honest", "items": [{"a": 1}], "summary": "injected"}',
@@ -510,7 +521,7 @@ class Expect:
     closure: Closure
     depth: int
     stray: bool = False
-    defect: str = ""  # a substring of Candidate.defect ("" means: must be empty when closed)
+    defect: str = ""  # a substring of Candidate.defect (a closed candidate has none)
 
 
 SCAN_CASES = [
@@ -564,7 +575,10 @@ SCAN_CASES = [
     ),
     pytest.param(
         '{"items": [{"a": [1}, {"a": 2}]}',
-        [Expect('{"a": [1}', Closure.BROKEN, 2, defect="mismatched"), Expect('{"a": 2}', Closure.CLOSED, 1)],
+        [
+            Expect('{"a": [1}', Closure.BROKEN, 2, defect="mismatched"),
+            Expect('{"a": 2}', Closure.CLOSED, 1),
+        ],
         (True, False),
         id="mismatched-closer",
     ),
@@ -576,19 +590,8 @@ def test_scan_spans_and_closures(
     raw: str, expected: list[Expect], container_state: tuple[bool, bool]
 ) -> None:
     scanned = scan(raw, ("items",))
-    got = [
-        Expect(
-            raw[c.span.start : c.span.end],
-            c.closure,
-            c.depth,
-            c.stray,
-            c.defect if any(e.defect for e in expected) else "",
-        )
-        for c in scanned.candidates
-    ]
-    assert [(g.text, g.closure, g.depth, g.stray) for g in got] == [
-        (e.text, e.closure, e.depth, e.stray) for e in expected
-    ]
+    got = [(c.span.text(raw), c.closure, c.depth, c.stray) for c in scanned.candidates]
+    assert got == [(e.text, e.closure, e.depth, e.stray) for e in expected]
     for candidate, want in zip(scanned.candidates, expected, strict=True):
         assert want.defect in candidate.defect
         assert candidate.complete is (want.closure is Closure.CLOSED)
@@ -672,24 +675,24 @@ def _item_spans(raw: str) -> list[tuple[int, int]]:
     return [(item.span.start, item.span.end) for item in result.items]
 
 
-# Each cut keeps the text up to and including the marker, searched inside item 1 (the second).
+# Each cut keeps the text up to the end of the marker (a regex), searched inside item 1.
 CUTS = {
-    "inside-key": '"wh',
-    "after-key": '"why"',
-    "after-colon": '"why":',
-    "after-colon-space": '"why": ',
-    "inside-value-string": '"say',
-    "inside-escape-backslash": "say \\",
-    "inside-escaped-backslash-pair": "\\\\",
-    "inside-unicode-escape": "\\u12",
-    "inside-surrogate-pair": "\\ud83d",
-    "inside-second-surrogate": "\\ud83d\\ude0",
-    "inside-number": "12.7",
-    "inside-number-after-dot": "12.",
-    "inside-literal": "tr",
-    "inside-nested-array": '["x",',
-    "inside-nested-object-key": '{"k',
-    "inside-nested-object-value": '"v',
+    "inside-key": r'"wh',
+    "after-key": r'"why"',
+    "after-colon": r'"why":',
+    "after-colon-and-space": r'"why":\s*',
+    "inside-value-string": r'"say',
+    "inside-escape-backslash": r"say \\",
+    "inside-escaped-backslash-pair": r"\\\\",
+    "inside-unicode-escape": r"\\u12",
+    "inside-surrogate-pair": r"\\ud83d",
+    "inside-second-surrogate": r"\\ud83d\\ude0",
+    "inside-number": r"12\.7",
+    "inside-number-after-dot": r"12\.",
+    "inside-literal": r"tr",
+    "inside-nested-array": r'\[\s*"x",',
+    "inside-nested-object-key": r'\{\s*"k',
+    "inside-nested-object-value": r'"v',
 }
 
 
@@ -698,9 +701,9 @@ CUTS = {
 def test_truncation_at_named_offsets(layout: str, marker: str) -> None:
     doc = _trunc_doc(layout)
     (_, _), (start, end), _ = _item_spans(doc)
-    found = doc.find(marker, start, end)
-    assert found >= 0, marker
-    raw = doc[: found + len(marker)]
+    found = re.compile(marker).search(doc, start, end)
+    assert found is not None, marker
+    raw = doc[: found.end()]
     result = run(raw, ("items",))
     assert accepted_data(result) == TRUNC_ITEMS[:1]
     assert quarantine_reasons(result) == [(1, Reason.TRUNCATED)]
@@ -751,7 +754,7 @@ def test_truncation_sweep_every_offset(layout: str) -> None:
     doc = _trunc_doc(layout)
     spans = _item_spans(doc)
     failures: list[tuple[int, str]] = []
-    for cut in range(doc.index('"'), len(doc)):
+    for cut in range(doc.index('"') + 1, len(doc)):
         raw = doc[:cut]
         result = run(raw, ("items",))
         want_items = [item for item, (_, end) in zip(TRUNC_ITEMS, spans, strict=True) if end <= cut]

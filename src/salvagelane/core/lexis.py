@@ -36,7 +36,6 @@ FIRST_KEY = re.compile(r'\{[ \t\n\r]*+("' + STRING_BODY + '")[ \t\n\r]*+:')
 """An object that opens with a key: used to learn the item signature."""
 
 
-
 def _nested(levels: int) -> str:
     """Content of a container that may nest ``levels`` more containers, strings skipped."""
     alternatives = [r'[^"{}\[\]]++', '"' + STRING_BODY + '"']

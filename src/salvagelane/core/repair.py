@@ -21,8 +21,10 @@ _TOKEN = re.compile(
     r"|(?P<literal>true|false|null)"
     r"|(?P<punct>[{}\[\],:]))"
 )
-_HALF_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?\Z")
+# An escape cut in half: a backslash that is not itself escaped, maybe with \u and 0-3 digits.
+_HALF_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*+)\\(?:u[0-9a-fA-F]{0,3})?\Z")
 
+_AFTER_NUMBER = frozenset(" \t\n\r,]}")
 _KEY, _COLON, _VALUE, _COMMA = range(4)
 
 
@@ -72,14 +74,15 @@ def repair_truncated(text: str) -> JSONValue | None:
             top[1] = _COLON
         elif state == _VALUE:
             top[1] = _COMMA
-            if kind != "number" or pos < len(text):  # a number at the very end may be cut
+            # A number is complete only once a delimiter follows it: "12." or "1e" are cut.
+            if kind != "number" or (pos < len(text) and text[pos] in _AFTER_NUMBER):
                 safe_pos, safe_depth = pos, len(stack)
         else:
             return None
     rest_start = lexis.skip_ws(text, pos)
     rest = text[rest_start:]
     if stack and stack[-1][1] == _VALUE and lexis.STRING_PREFIX_TO_END.match(rest):
-        closed = _HALF_ESCAPE.sub("", rest) + '"'
+        closed = _HALF_ESCAPE.sub(r"\1", rest) + '"'
         repaired = text[:rest_start] + closed + _closers(stack, len(stack))
     elif safe_pos >= 0:
         repaired = text[:safe_pos] + _closers(stack, safe_depth)

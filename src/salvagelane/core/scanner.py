@@ -113,7 +113,7 @@ def bracket_extent(text: str, start: int) -> tuple[int, Closure, int]:
     return value.end, value.closure, value.depth
 
 
-_ROOT_OBJECT = re.compile(r"\{[ \t\n\r]*+[\"}]")
+_ROOT_OBJECT = re.compile(r"\{[ \t\n\r]*+(?:[\"}]|\Z)")
 _ROOT_ARRAY = re.compile(r"\[[ \t\n\r]*+[{\]]")
 _VALUE_START = frozenset('{["-0123456789tfn')
 _QUOTE_OR_NEWLINE = re.compile(r'["\n]')
@@ -353,7 +353,7 @@ class _Scanner:
                 pos += 1
                 continue
             if char == "]":
-                if self._next_char(pos + 1) == "{":
+                if self._item_follows(pos + 1):
                     self._anomaly("stray_bracket", pos, pos + 1)
                     pos += 1
                     continue
@@ -370,6 +370,11 @@ class _Scanner:
                 # The model closed the envelope without closing the list.
                 self._anomaly("unclosed_items", pos, pos)
                 self.container = Span(start=start, end=pos)
+                return pos
+            if char == '"' and self.path and lexis.KEY_COLON.match(text, pos):
+                # A member of the enclosing object: the model never closed the list.
+                self._anomaly("unclosed_items", pos, pos)
+                self.container = Span(start=start, end=_trim_end(text, start, pos))
                 return pos
             if not expect_item:
                 self._anomaly("missing_comma", pos, pos)
@@ -542,6 +547,13 @@ class _Scanner:
         return self._anchor
 
     # --------------------------------------------------------------- helpers
+
+    def _item_follows(self, pos: int) -> bool:
+        """After a closer: does an object start next, maybe after one comma? Then it was stray."""
+        pos = lexis.skip_ws(self.text, pos)
+        if pos < self.n and self.text[pos] == ",":
+            pos = lexis.skip_ws(self.text, pos + 1)
+        return pos < self.n and self.text[pos] == "{"
 
     def _next_char(self, pos: int) -> str:
         pos = lexis.skip_ws(self.text, pos)

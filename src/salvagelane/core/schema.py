@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urljoin
 
 import jsonschema
 import jsonschema.exceptions
@@ -24,6 +26,7 @@ from salvagelane.core.strict import describe, member_path
 from salvagelane.errors import SchemaError
 
 _MAX_DETAILS = 3
+_REQUIRED_MESSAGE = re.compile(r"^'(.*)' is a required property$")
 
 
 def _refuse_retrieval(uri: str) -> referencing.Resource[Any]:
@@ -60,15 +63,7 @@ class ItemSchema:
             raise SchemaError(
                 f"{source}: not a valid JSON Schema at {where}: {exc.message}"
             ) from exc
-        registry: referencing.Registry[Any] = referencing.Registry(
-            retrieve=_refuse_retrieval  # type: ignore[call-arg]
-        )
-        known_ids: set[str] = set()
-        for resource in resources:
-            res = referencing.Resource.from_contents(resource, default_specification=DRAFT202012)
-            registry = registry.with_resource(uri=res.id() or "", resource=res)
-            known_ids.add(res.id() or "")
-        _reject_remote_refs(schema, known_ids | {str(schema.get("$id", ""))}, source)
+        registry = _registry(schema, resources, source)
         validator = validator_class(
             schema, registry=registry, format_checker=validator_class.FORMAT_CHECKER
         )
@@ -105,32 +100,68 @@ class ItemSchema:
         return signal
 
 
-def _reject_remote_refs(schema: Mapping[str, Any], known: set[str], source: str) -> None:
-    """Fail at load time, not mid-run, on a ``$ref`` that would need the network."""
-    for pointer, ref in _iter_refs(schema):
-        if ref.startswith("#"):
-            continue
-        base = ref.split("#", 1)[0]
-        if base in known:
-            continue
-        raise SchemaError(
-            f"{source}: $ref {ref!r} at {pointer or '/'} points outside the schema; "
-            "salvagelane never fetches remote schemas: bundle it under $defs"
-        )
+_ROOT_URI = "urn:salvagelane:schema-under-compilation"
 
 
-def _iter_refs(schema: Any) -> Iterator[tuple[str, str]]:
-    stack: list[tuple[str, Any]] = [("", schema)]
+def _registry(
+    schema: Mapping[str, Any], resources: Iterable[Mapping[str, Any]], source: str
+) -> referencing.Registry[Any]:
+    """A registry that can never fetch, in which every ``$ref`` was resolved once already.
+
+    Resolving at load time turns a remote or dangling reference into a clear
+    configuration error instead of an exception in the middle of a run.
+    """
+    registry: referencing.Registry[Any] = referencing.Registry(
+        retrieve=_refuse_retrieval  # type: ignore[call-arg]
+    )
+    documents: list[tuple[str, Mapping[str, Any]]] = []
+    for index, contents in enumerate(resources):
+        if not isinstance(contents, Mapping):
+            raise SchemaError(f"{source}: bundled schema #{index + 1} is not an object")
+        resource = referencing.Resource.from_contents(contents, default_specification=DRAFT202012)
+        uri = resource.id()
+        if not uri:
+            raise SchemaError(f"{source}: bundled schema #{index + 1} has no $id to $ref it by")
+        registry = registry.with_resource(uri=uri, resource=resource)
+        documents.append((uri, contents))
+    root = referencing.Resource.from_contents(schema, default_specification=DRAFT202012)
+    root_uri = root.id() or _ROOT_URI
+    registry = registry.with_resource(uri=root_uri, resource=root).crawl()
+    documents.append((root_uri, schema))
+    for base, contents in documents:
+        for pointer, ref, scope in _iter_refs(contents, base):
+            try:
+                registry.resolver(base_uri=scope).lookup(ref)
+            except referencing.exceptions.Unresolvable as exc:
+                hint = (
+                    "it points to nothing in the schema"
+                    if ref.startswith("#")
+                    else "it points outside the schema and its bundled schemas, and "
+                    "salvagelane never fetches remote schemas: bundle it under $defs"
+                )
+                where = pointer or "/"
+                raise SchemaError(
+                    f"{source}: $ref {ref!r} at {where} cannot be resolved; {hint}"
+                ) from exc
+    return registry
+
+
+def _iter_refs(schema: Any, base: str) -> Iterator[tuple[str, str, str]]:
+    """Every ``$ref`` with its JSON pointer and the base URI it resolves against."""
+    stack: list[tuple[str, Any, str]] = [("", schema, base)]
     while stack:
-        pointer, node = stack.pop()
+        pointer, node, scope = stack.pop()
         if isinstance(node, Mapping):
+            node_id = node.get("$id")
+            if isinstance(node_id, str) and pointer:
+                scope = urljoin(scope, node_id)
             for key, value in node.items():
                 if key in ("$ref", "$dynamicRef") and isinstance(value, str):
-                    yield f"{pointer}/{key}", value
-                else:
-                    stack.append((f"{pointer}/{key}", value))
+                    yield f"{pointer}/{key}", value, scope
+                elif key not in ("const", "enum", "examples", "default"):
+                    stack.append((f"{pointer}/{key}", value, scope))
         elif isinstance(node, list):
-            stack.extend((f"{pointer}/{i}", v) for i, v in enumerate(node))
+            stack.extend((f"{pointer}/{i}", v, scope) for i, v in enumerate(node))
 
 
 def _path_of(error: jsonschema.exceptions.ValidationError) -> str:
@@ -154,8 +185,10 @@ def _signal_for(error: jsonschema.exceptions.ValidationError) -> CorrectionSigna
     elif keyword == "const":
         expected = describe(value)
     elif keyword == "required" and isinstance(instance, dict):
+        # jsonschema yields one error per missing property, named in its message.
+        named = _REQUIRED_MESSAGE.match(error.message)
         missing = [name for name in value if name not in instance]
-        name = missing[0] if missing else "?"
+        name = named.group(1) if named else (missing[0] if missing else "?")
         return CorrectionSignal(
             code="required",
             path=member_path(path, name),

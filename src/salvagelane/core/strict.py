@@ -67,7 +67,9 @@ _DECODER = json.JSONDecoder(
     object_pairs_hook=_unique_pairs, parse_constant=_reject_constant, parse_float=_finite_float
 )
 # Document validity is about grammar: 1e999 is a valid RFC 8259 number.
-_GRAMMAR_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_reject_constant)
+_GRAMMAR_DECODER = json.JSONDecoder(
+    object_pairs_hook=_unique_pairs, parse_constant=_reject_constant
+)
 
 _EXPECTED_BY_MESSAGE = {
     "Expecting value": "a JSON value",
