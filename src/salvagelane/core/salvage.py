@@ -69,7 +69,7 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
 
     envelope, issues = _assemble_envelope(raw, scanned.envelope, ctx)
     return SalvageResult(
-        document_valid=is_strict_document(raw),
+        document_valid=_document_valid(raw, scanned),
         truncated=scanned.truncated or finish is FinishReason.LENGTH,
         items_found=scanned.items_found,
         envelope=envelope,
@@ -190,6 +190,31 @@ def _envelope_problem(
     if not isinstance(parsed, Parsed):
         return parsed.signal.message(Reason.MALFORMED)
     return parsed
+
+
+def _document_valid(raw: str, scanned: ScanResult) -> bool:
+    """Strict validity, without a second pass when the scan already proves the answer.
+
+    Every anomaly, truncation or damaged value the scanner reports is something
+    a valid document cannot contain, so any of them means False. Otherwise the
+    document gets the full strict check, reusing the nesting the scan measured.
+    """
+    if (
+        scanned.truncated
+        or scanned.anomalies
+        or any(not c.complete for c in scanned.candidates)
+        or any(f.closure is not Closure.CLOSED for f in scanned.envelope)
+    ):
+        return False
+    if scanned.root is None:
+        return is_strict_document(raw)  # no report shape found: e.g. a bare scalar
+    levels = len(scanned.items_path)
+    depth = max(
+        [levels + 1 + c.depth for c in scanned.candidates]
+        + [len(f.path) + f.depth for f in scanned.envelope]
+        + [levels + 1 if scanned.container is not None else 1]
+    )
+    return is_strict_document(raw, depth=depth)
 
 
 def _notes(scanned: ScanResult) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from salvagelane.core import lexis
 from salvagelane.core.records import Span
@@ -116,6 +117,7 @@ def bracket_extent(text: str, start: int) -> tuple[int, Closure, int]:
 _ROOT_OBJECT = re.compile(r"\{[ \t\n\r]*+(?:[\"}]|\Z)")
 _ROOT_ARRAY = re.compile(r"\[[ \t\n\r]*+[{\]]")
 _VALUE_START = frozenset('{["-0123456789tfn')
+_COMMA_SEPARATOR = re.compile(r"[ \t\n\r]*+,(?![ \t\n\r]*+[,\]])")
 _QUOTE_OR_NEWLINE = re.compile(r'["\n]')
 _EXPECT_KEY, _EXPECT_KEY_OR_CLOSE, _EXPECT_COMMA_OR_CLOSE = range(3)
 
@@ -130,8 +132,9 @@ class _Level:
     last_field: int = -1  # index into the envelope list of this level's latest field
 
 
-@dataclass(frozen=True, slots=True)
-class _Value:
+class _Value(NamedTuple):
+    """A scanned value (internal; a tuple because one is built per item on the hot path)."""
+
     end: int  # end of the value's span
     resume: int  # where scanning goes on (past ``end`` when an item was cut)
     closure: Closure
@@ -389,6 +392,11 @@ class _Scanner:
                 pos = value.resume
                 if value.resume != value.end:
                     expect_item = True  # cut at the next item's signature
+                else:
+                    separator = _COMMA_SEPARATOR.match(text, pos)
+                    if separator is not None:  # the usual case, taken in one step
+                        pos = separator.end()
+                        expect_item = True
             else:
                 stray = lexis.STRAY_TEXT.match(text, pos)
                 end = stray.end() if stray else pos + 1

@@ -169,21 +169,21 @@ def _unparsable(
     )
 
 
-def is_strict_document(raw: str) -> bool:
+def is_strict_document(raw: str, *, depth: int | None = None) -> bool:
     """True when ``raw``, less surrounding whitespace, is one RFC 8259 text with unique keys.
 
-    The nesting is measured first (without parsing); deep documents go to the
-    iterative validator so that no parser recursion depends on the input.
+    The nesting is measured first (without parsing), unless the caller's scan
+    already did (``depth``); deep documents go to the iterative validator so
+    that no parser recursion depends on the input.
     """
     text = raw.strip(lexis.WHITESPACE)
     if not text or _SURROGATE.search(text):
         return False
-    depth = 0
-    if text[0] in "{[":
+    if depth is None and text[0] in "{[":
         end, closure, depth = bracket_extent(text, 0)
         if closure is not Closure.CLOSED or end != len(text):
             return False
-    if depth <= _PARSER_DEPTH_LIMIT:
+    if (depth or 0) <= _PARSER_DEPTH_LIMIT:
         try:
             _GRAMMAR_DECODER.decode(text)
         except (_DuplicateKey, _NonFiniteConstant, json.JSONDecodeError):
