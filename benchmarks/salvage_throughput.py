@@ -17,9 +17,13 @@ deep in the list, prose plus a code fence around it).
 Every figure is the best of several repetitions (``time.perf_counter``; each
 repetition runs the call enough times to take at least ``--min-rep`` seconds),
 with the garbage collector off during timing unless ``--gc`` is given, as
-``timeit`` does. MB/s is UTF-8 input bytes of the whole document / 10**6 /
-seconds per call. The verdict on each target is taken on the worst document
-set; a target is never reported as met unless every set meets it.
+``timeit`` does. After one untimed warm-up call and a calibration repetition per
+figure, the remaining repetitions run in interleaved rounds (one repetition of
+every figure per round), so a burst of load from elsewhere on the machine costs
+one repetition of many figures rather than every repetition of one. MB/s is
+UTF-8 input bytes of the whole document / 10**6 / seconds per call. The verdict
+on each target is taken on the worst document set; a target is never reported
+as met unless every set meets it.
 """
 
 from __future__ import annotations
@@ -41,20 +45,14 @@ import statistics
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from json.decoder import scanstring
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-try:
-    import salvagelane  # noqa: F401
-except ImportError:  # run with a Python that does not have the package installed
-    sys.path.insert(0, str(ROOT / "src"))
-
+import salvagelane
 from salvagelane.core.guardrails import Guardrails
+from salvagelane.core.records import SalvageResult
 from salvagelane.core.salvage import SalvagePolicy, salvage
 from salvagelane.core.scanner import ItemsPath, scan
 from salvagelane.core.schema import ItemSchema
@@ -65,6 +63,7 @@ try:
 except ImportError:  # pragma: no cover - the bench extra is missing
     sys.exit("json_repair is not installed: pip install -e '.[bench]'")
 
+ROOT = Path(__file__).resolve().parent.parent
 SEED = 20261121
 FIXTURE = ROOT / "tests" / "fixtures" / "daily-triage-truncated"
 SCHEMA_PATH = ROOT / "schemas" / "daily-triage-item.schema.json"
@@ -185,7 +184,7 @@ def _why_string(text: str, fmt: str, item_start: int) -> tuple[int, int]:
     """Offsets of the opening quote and just past the closing quote of the item's 'why'."""
     key = '"why": "' if fmt == "pretty" else '"why":"'
     opening = text.find(key, item_start) + len(key) - 1
-    _, end = scanstring(text, opening + 1)
+    _, end = json.JSONDecoder().raw_decode(text, opening)
     return opening, end
 
 
@@ -313,8 +312,27 @@ def _timed(fn: Callable[[], object], number: int, keep_gc: bool) -> float:
             gc.enable()
 
 
-def measure(fn: Callable[[], object], cfg: Config) -> Timing:
-    fn()  # warm-up, untimed
+@dataclass(slots=True)
+class Job:
+    """One figure being measured: a call, how often per repetition, the times so far."""
+
+    fn: Callable[[], object]
+    number: int = 1
+    reps: int = 0
+    times: list[float] = field(default_factory=list)
+
+    def timing(self) -> Timing:
+        return Timing(
+            best_s=min(self.times),
+            median_s=statistics.median(self.times),
+            reps=len(self.times),
+            number=self.number,
+        )
+
+
+def calibrate(fn: Callable[[], object], cfg: Config) -> tuple[Job, object]:
+    """Warm up, find the calls per repetition, time the first repetition."""
+    result = fn()  # warm-up, untimed; the result feeds the outcome table
     gc.collect()
     number = 1
     elapsed = _timed(fn, number, cfg.keep_gc)
@@ -325,22 +343,32 @@ def measure(fn: Callable[[], object], cfg: Config) -> Timing:
     reps = cfg.reps
     if elapsed * reps > cfg.budget_s:
         reps = max(cfg.min_reps, int(cfg.budget_s / elapsed))
-    times = [elapsed / number]
-    for _ in range(reps - 1):
-        times.append(_timed(fn, number, cfg.keep_gc) / number)
-    return Timing(best_s=min(times), median_s=statistics.median(times), reps=reps, number=number)
+    return Job(fn=fn, number=number, reps=reps, times=[elapsed / number]), result
+
+
+def run_rounds(jobs: Sequence[Job], cfg: Config, progress: bool) -> None:
+    """The remaining repetitions, one per job per round, so that a burst of load from
+    elsewhere on the machine hits one repetition of many figures, not every repetition
+    of one figure."""
+    rounds = max((job.reps for job in jobs), default=1)
+    for round_no in range(1, rounds):
+        if progress:
+            print(f"\rround {round_no + 1}/{rounds}{'':<30}", end="", file=sys.stderr, flush=True)
+        for job in jobs:
+            if len(job.times) < job.reps:
+                if cfg.keep_gc:
+                    gc.collect()  # start each repetition from the same collector state
+                job.times.append(_timed(job.fn, job.number, cfg.keep_gc) / job.number)
 
 
 # ------------------------------------------------------------------- running
-
-
-MEASURES = ("loads", "scan_parse", "schema", "salvage", "repair")
 
 
 @dataclass(slots=True)
 class Row:
     doc: Doc
     items_checked: int = 0  # items the schema-only figure validates
+    jobs: dict[str, Job] = field(default_factory=dict)
     timings: dict[str, Timing] = field(default_factory=dict)
     outcome: dict[str, Any] = field(default_factory=dict)
 
@@ -353,7 +381,8 @@ class Row:
         return None if top is None or bottom is None else top / bottom
 
 
-def run_doc(doc: Doc, schema: ItemSchema, workstreams: Sequence[str], cfg: Config) -> Row:
+def prepare_doc(doc: Doc, schema: ItemSchema, workstreams: Sequence[str], cfg: Config) -> Row:
+    """Calibrate every figure for ``doc`` and record what each tool made of it."""
     row = Row(doc=doc)
     text = doc.text
     policy = policy_for(doc, schema, workstreams)
@@ -366,21 +395,32 @@ def run_doc(doc: Doc, schema: ItemSchema, workstreams: Sequence[str], cfg: Confi
         for item in items:
             check(item)
 
-    if doc.valid:
-        row.timings["loads"] = measure(lambda: json.loads(text), cfg)
-    row.timings["scan_parse"] = measure(lambda: scan_and_parse(text), cfg)
-    row.timings["schema"] = measure(check_all, cfg)
-    row.timings["salvage"] = measure(lambda: salvage(text, policy), cfg)
-    row.timings["repair"] = measure(lambda: json_repair.repair_json(text, return_objects=True), cfg)
-    row.outcome = outcome_of(doc, policy, items, schema)
+    calls: dict[str, Callable[[], object]] = {
+        "loads": lambda: json.loads(text),
+        "scan_parse": lambda: scan_and_parse(text),
+        "schema": check_all,
+        "salvage": lambda: salvage(text, policy),
+        "repair": lambda: json_repair.repair_json(text, return_objects=True),
+    }
+    if not doc.valid:
+        del calls["loads"]  # json.loads raises on every broken set
+    results: dict[str, object] = {}
+    for name, fn in calls.items():
+        row.jobs[name], results[name] = calibrate(fn, cfg)
+    salvaged = results["salvage"]
+    assert isinstance(salvaged, SalvageResult)
+    row.outcome = outcome_of(doc, salvaged, results["repair"], items, schema)
     return row
 
 
 def outcome_of(
-    doc: Doc, policy: SalvagePolicy, items: Sequence[object], schema: ItemSchema
+    doc: Doc,
+    result: SalvageResult,
+    repaired: object,
+    items: Sequence[object],
+    schema: ItemSchema,
 ) -> dict[str, Any]:
     """What each tool made of the document, and whether salvage did what the set intends."""
-    result = salvage(doc.text, policy)
     counts = result.counts()
     reasons: dict[str, int] = dict(counts["by_reason"])
     limit = max_items_for(doc.size)
@@ -402,7 +442,6 @@ def outcome_of(
             expected["over_limit"] = survivors - limit
         expect_candidates = doc.size
     ok = reasons == expected and counts["candidates"] == expect_candidates
-    repaired = json_repair.repair_json(doc.text, return_objects=True)
     repaired_items = repaired.get("recommendations") if isinstance(repaired, dict) else None
     repaired_valid = (
         sum(1 for x in repaired_items if schema.check(x) is None)
@@ -465,7 +504,11 @@ class Verdict:
 
 def verdicts(rows: Sequence[Row]) -> list[Verdict]:
     valid = [r for r in rows if r.doc.valid]
-    broken = [r for r in rows if not r.doc.valid]
+    # "Broken" for the repair targets means JSON that json_repair has to repair. A fenced
+    # report holds valid JSON, which json_repair hands straight to the C decoder: that is
+    # a parse, not a repair, so the fenced sets get their own (informational) line.
+    broken = [r for r in rows if not r.doc.valid and r.doc.variant != "fenced"]
+    wrapped = [r for r in rows if r.doc.variant == "fenced"]
 
     def collect(pool: Sequence[Row], top: str, bottom: str) -> tuple[tuple[str, float], ...]:
         out = []
@@ -494,6 +537,12 @@ def verdicts(rows: Sequence[Row]) -> list[Verdict]:
             values=collect(broken, "salvage", "repair"),
             passes=lambda v: v > TARGET_SALVAGE_VS_REPAIR,
         ),
+        Verdict(
+            label="scan+parse / json_repair  (fenced, valid inside; no target)",
+            target="-",
+            values=collect(wrapped, "scan_parse", "repair"),
+            passes=lambda v: True,
+        ),
     ]
 
 
@@ -509,6 +558,8 @@ def context() -> dict[str, Any]:
     }
     if hasattr(os, "sched_getaffinity"):
         info["cpus_usable"] = len(os.sched_getaffinity(0))
+    if hasattr(os, "getloadavg"):
+        info["loadavg_1min_at_start"] = round(os.getloadavg()[0], 2)
     return info
 
 
@@ -520,6 +571,10 @@ def _version(dist: str) -> str:
 
 
 def _git_rev() -> str:
+    """The commit salvagelane was imported from, or where it was imported from."""
+    package = Path(salvagelane.__file__).resolve().parent
+    if not package.is_relative_to(ROOT / "src"):
+        return f"imported from {package}"
     try:
         rev = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
@@ -532,6 +587,15 @@ def _git_rev() -> str:
     except (OSError, subprocess.SubprocessError):
         return "?"
     return rev + ("+uncommitted src changes" if dirty else "")
+
+
+def source_fingerprint() -> str:
+    """A hash of the package's source files: tells whether they changed during the run."""
+    package = Path(salvagelane.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _fmt(value: float | None, width: int) -> str:
@@ -559,11 +623,17 @@ def print_report(
         f"machine: {ctx['python']} | {ctx['platform']} | cpu_count={ctx['cpu_count']}"
         + (f" (usable {ctx['cpus_usable']})" if "cpus_usable" in ctx else "")
         + f" | json_repair {ctx['json_repair']} | jsonschema {ctx['jsonschema']}"
-        + f" | salvagelane {ctx['salvagelane_rev']}\n"
+        + f" | salvagelane {ctx['salvagelane_rev']}"
+        + (
+            f" | load avg {ctx['loadavg_1min_at_start']} at start"
+            if "loadavg_1min_at_start" in ctx
+            else ""
+        )
+        + "\n"
     )
     out.write(
-        f"timing: best of {cfg.reps} reps (fewer, min {cfg.min_reps}, for slow calls), each rep"
-        f" >= {cfg.min_rep_s * 1000:g} ms, gc {'on' if cfg.keep_gc else 'off'} while timing;"
+        f"timing: best of {cfg.reps} reps in interleaved rounds (min {cfg.min_reps} for slow"
+        f" calls), each rep >= {cfg.min_rep_s * 1000:g} ms, gc {'on' if cfg.keep_gc else 'off'};"
         f" MB/s = UTF-8 input bytes / 1e6 / s; corpus seed {SEED}, digest {digest}\n\n"
     )
     head = (
@@ -610,7 +680,7 @@ def print_report(
         out.write(
             f"  {v.label}  target {v.target:<7} worst {_fmt(value, 0)}x ({name}),"
             f" geomean {_fmt(v.geomean, 0)}x, {v.n_pass}/{len(v.values)} sets meet it"
-            f"  -> {'PASS' if v.ok else 'MISS'}\n"
+            f"  -> {('PASS' if v.ok else 'MISS') if v.target != '-' else 'info'}\n"
         )
         out.write(f"      worst by set: {v.by_variant()}\n")
 
@@ -735,10 +805,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     cfg = Config(
-        min_rep_s=args.min_rep or (0.01 if args.quick else 0.05),
+        min_rep_s=args.min_rep or (0.01 if args.quick else 0.04),
         reps=args.reps or (3 if args.quick else 7),
-        min_reps=3 if args.quick else 5,
-        budget_s=0.5 if args.quick else 2.5,
+        min_reps=min(args.reps or 7, 3 if args.quick else 5),
+        budget_s=0.5 if args.quick else 1.5,
         keep_gc=args.gc,
     )
     inputs = load_inputs()
@@ -747,16 +817,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         profile(docs, top=25)
         return 0
     schema = ItemSchema.compile(inputs.schema, source=str(SCHEMA_PATH))
+    ctx, digest = context(), corpus_digest(docs)  # before timing: src may change meanwhile
+    fingerprint = source_fingerprint()
+    progress = not args.json and sys.stderr.isatty()
     started = time.perf_counter()
     rows = []
     for number, doc in enumerate(docs, 1):
-        if not args.json:
+        if progress:
             print(f"\r[{number}/{len(docs)}] {doc.name:<28}", end="", file=sys.stderr, flush=True)
-        rows.append(run_doc(doc, schema, inputs.workstreams, cfg))
-    if not args.json:
+        rows.append(prepare_doc(doc, schema, inputs.workstreams, cfg))
+    run_rounds([job for row in rows for job in row.jobs.values()], cfg, progress)
+    for row in rows:
+        row.timings = {name: job.timing() for name, job in row.jobs.items()}
+    if progress:
         print("\r" + " " * 40 + "\r", end="", file=sys.stderr, flush=True)
     elapsed = time.perf_counter() - started
-    ctx, digest = context(), corpus_digest(docs)
+    ctx["source_fingerprint"] = fingerprint
+    if source_fingerprint() != fingerprint:
+        ctx["source_changed_during_run"] = True
+        print(
+            "warning: salvagelane's source files changed during the run; the figures are for"
+            " the code imported at the start",
+            file=sys.stderr,
+        )
     if args.json:
         json.dump(as_json(rows, cfg, ctx, digest, elapsed), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -55,7 +55,6 @@ Capture-free on purpose: CPython's re mis-tracks groups inside possessive
 repeats (SystemError), so the depth is told by which pattern matches.
 """
 
-STRAY_TEXT = re.compile(r"[^{}\[\]]++")
 
 LITERALS = ("true", "false", "null")
 

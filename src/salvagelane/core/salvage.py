@@ -10,6 +10,7 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 
+from salvagelane.core import lexis
 from salvagelane.core.finish import FinishReason, canonical_finish_reason
 from salvagelane.core.guardrails import (
     ChainContext,
@@ -195,10 +196,15 @@ def _envelope_problem(
 def _document_valid(raw: str, scanned: ScanResult) -> bool:
     """Strict validity, without a second pass when the scan already proves the answer.
 
-    Every anomaly, truncation or damaged value the scanner reports is something
-    a valid document cannot contain, so any of them means False. Otherwise the
-    document gets the full strict check, reusing the nesting the scan measured.
+    Only when the scanned root starts the document: the scanner picks its root
+    by a heuristic, and a root found inside other text (a nested array, a
+    string) says nothing about the document. When it does start the document,
+    every anomaly, truncation or damaged value the scanner reports is something
+    a valid document cannot contain.
     """
+    root = scanned.root
+    if root is None or raw[: root.start].strip(lexis.WHITESPACE):
+        return is_strict_document(raw)
     if (
         scanned.truncated
         or scanned.anomalies
@@ -206,8 +212,6 @@ def _document_valid(raw: str, scanned: ScanResult) -> bool:
         or any(f.closure is not Closure.CLOSED for f in scanned.envelope)
     ):
         return False
-    if scanned.root is None:
-        return is_strict_document(raw)  # no report shape found: e.g. a bare scalar
     levels = len(scanned.items_path)
     depth = max(
         [levels + 1 + c.depth for c in scanned.candidates]

@@ -117,6 +117,7 @@ def bracket_extent(text: str, start: int) -> tuple[int, Closure, int]:
 _ROOT_OBJECT = re.compile(r"\{[ \t\n\r]*+(?:[\"}]|\Z)")
 _ROOT_ARRAY = re.compile(r"\[[ \t\n\r]*+[{\]]")
 _VALUE_START = frozenset('{["-0123456789tfn')
+_LENIENT_STRING = re.compile(r'"(?:[^"\\\n]++|\\[^\n])*+"')
 _COMMA_SEPARATOR = re.compile(r"[ \t\n\r]*+,(?![ \t\n\r]*+[,\]])")
 _QUOTE_OR_NEWLINE = re.compile(r'["\n]')
 _EXPECT_KEY, _EXPECT_KEY_OR_CLOSE, _EXPECT_COMMA_OR_CLOSE = range(3)
@@ -193,6 +194,9 @@ class _Scanner:
         )
 
     def _find_root_array(self) -> int | None:
+        first = lexis.skip_ws(self.text, 0)
+        if first < self.n and self.text[first] == "[":
+            return first  # the document itself is an array
         match = _ROOT_ARRAY.search(self.text)
         if match is not None:
             return match.start()
@@ -374,8 +378,15 @@ class _Scanner:
                 self._anomaly("unclosed_items", pos, pos)
                 self.container = Span(start=start, end=pos)
                 return pos
-            if char == '"' and self.path and lexis.KEY_COLON.match(text, pos):
-                # A member of the enclosing object: the model never closed the list.
+            if (
+                char == '"'
+                and self.path
+                and lexis.KEY_COLON.match(text, pos)
+                and self._anchor_at_or_after(pos) > self.n
+            ):
+                # A member of the enclosing object, and no item after it: the model
+                # never closed the list. (With items after it, it is damage inside the
+                # list, such as an item that lost its opening brace: stray text.)
                 self._anomaly("unclosed_items", pos, pos)
                 self.container = Span(start=start, end=_trim_end(text, start, pos))
                 return pos
@@ -383,7 +394,9 @@ class _Scanner:
                 self._anomaly("missing_comma", pos, pos)
             seen_item = True
             expect_item = False
-            value = self._scan_value(pos, item=True) if char in _VALUE_START else None
+            value = None
+            if char in _VALUE_START and not (char == '"' and lexis.KEY_COLON.match(text, pos)):
+                value = self._scan_value(pos, item=True)  # a member name is never an item
             if value is not None and (value.closure is not Closure.BROKEN or char in "{["):
                 self._add_candidate(pos, value)
                 if value.closure is Closure.TRUNCATED:
@@ -398,8 +411,7 @@ class _Scanner:
                         pos = separator.end()
                         expect_item = True
             else:
-                stray = lexis.STRAY_TEXT.match(text, pos)
-                end = stray.end() if stray else pos + 1
+                end = self._stray_end(pos)
                 self._add_candidate(
                     pos,
                     _Value(
@@ -513,7 +525,7 @@ class _Scanner:
                 opener = "{" if char == "}" else "["
                 if stack[-1] != opener:
                     defect = defect or f"mismatched {char!r} at offset {pos}"
-                    if open_counts[opener] == 0:
+                    if open_counts[opener] == 0 or self._inner_goes_on(pos, stack[-1]):
                         pos += 1  # a stray closer: step over it
                         continue
                 while stack[-1] != opener:
@@ -523,10 +535,18 @@ class _Scanner:
                 if not stack:
                     closure = Closure.BROKEN if defect else Closure.CLOSED
                     return _Value(end=pos, resume=pos, closure=closure, depth=depth, defect=defect)
+            elif lexis.STRING_PREFIX_TO_END.match(text, pos):
+                # The text ends inside this string: a cut, whatever closers it holds.
+                return _Value(
+                    end=n, resume=n, closure=Closure.TRUNCATED, depth=depth, defect=defect
+                )
             else:
-                # A quote that cannot open a well-formed string: step over it alone.
                 defect = defect or f"string at offset {pos} is not well formed"
-                pos += 1
+                lenient = _LENIENT_STRING.match(text, pos)
+                # A bad escape or a raw control character still leaves a string on one
+                # line: skip it whole. A quote that meets a newline is out of step: step
+                # over it alone, so the count resynchronises at the next line.
+                pos = lenient.end() if lenient is not None else pos + 1
 
     def _cut(self, start: int, at: int, depth: int, defect: str) -> _Value:
         return _Value(
@@ -555,6 +575,38 @@ class _Scanner:
         return self._anchor
 
     # --------------------------------------------------------------- helpers
+
+    def _stray_end(self, pos: int) -> int:
+        """Where text that is not a value ends: the next bracket outside a string."""
+        text, n = self.text, self.n
+        end = pos
+        while True:
+            self.steps += 1
+            end = lexis.skip_to_bracket(text, end)
+            if end >= n or text[end] != '"':
+                break
+            lenient = _LENIENT_STRING.match(text, end)
+            end = lenient.end() if lenient is not None else end + 1
+        # Like an item, stray text never runs across the next item's signature.
+        return max(pos + 1, min(end, self._anchor_at_or_after(pos + 1)))
+
+    def _inner_goes_on(self, closer: int, inner: str) -> bool:
+        """After a mismatched closer: does the open inner container visibly continue?
+
+        ``["a"}, "b"]``: a comma then another array element, so the ``}`` was stray.
+        ``["a", "b"}, {...``: a comma then an object, so the ``]`` was missing.
+        """
+        text, n = self.text, self.n
+        pos = lexis.skip_ws(text, closer + 1)
+        if pos >= n or text[pos] != ",":
+            return False
+        pos = lexis.skip_ws(text, pos + 1)
+        if pos >= n:
+            return False
+        member = lexis.KEY_COLON.match(text, pos) is not None
+        if inner == "[":
+            return text[pos] != "{" and not member
+        return member
 
     def _item_follows(self, pos: int) -> bool:
         """After a closer: does an object start next, maybe after one comma? Then it was stray."""
