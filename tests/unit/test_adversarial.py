@@ -7,9 +7,13 @@ reason every hostile candidate is quarantined under.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -538,12 +542,55 @@ def test_cli_hostile_bytes(repo_root: Path, tmp_path: Path) -> None:
     assert out["status"] == "partial"
 
 
+@contextmanager
+def hang_guard(seconds: int) -> Iterator[None]:
+    """Fail instead of blocking CI when the body effectively hangs (no timing assertion:
+    the guard is orders of magnitude above what linear work needs)."""
+
+    def on_alarm(signum: int, frame: FrameType | None) -> None:
+        raise TimeoutError(f"still running after {seconds} s: superlinear work")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+QUOTE_BACKSLASH = '"\\' * 50_000  # 100 KB of `"\"\"\...`: every quote opens a string that fails
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="needs SIGALRM for the hang guard")
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param('{"items": [' + QUOTE_BACKSLASH + "]}", id="between-items"),
+        pytest.param('{"items": [{"a": ' + QUOTE_BACKSLASH + "}]}", id="inside-an-item"),
+        pytest.param('{"x": ' + QUOTE_BACKSLASH + ', "items": [{"id": 1}]}', id="envelope"),
+    ],
+)
+def test_quotes_that_never_close_cost_linear_work(raw: str) -> None:
+    # Each regex is linear, but a scan that retries a failing string match at every
+    # quote re-reads the rest of the text each time: quadratic. The step counter cannot
+    # see work done inside the regex engine, so this guard does: 100 KB takes well under a
+    # second when linear; 20 s is only reached by quadratic work (about 100 s here, hours
+    # at the 8 MiB default byte cap).
+    with hang_guard(20):
+        result = run(raw)
+        assert scan(raw, ITEMS).steps <= 2 * len(raw) + 2
+    assert {"id": 1} in accepted(result) if '{"id": 1}' in raw else not result.items
+    assert result.document_valid is False
+    assert result.quarantined or result.envelope_issues
+
+
 def test_scan_of_hostile_text_stays_within_its_step_bound() -> None:
     # The linear-work invariant on the shapes above, not only on fuzzed text.
     for raw in (
         "[" * MILLION,
         '{"items": [' + '{"a":' * 1000 + "]}",
-        '{"items": [' + '"\\' * 10000 + "]}",
+        '{"items": [' + '"\\' * 1000 + "]}",
         '{"items": [' + '{"id": "' * 10000,
         '{"items": [' + '{"id": 1}, ' * 10000 + "]}",
     ):
