@@ -21,6 +21,16 @@ STRING = re.compile('"' + STRING_BODY + '"')
 STRING_PREFIX_TO_END = re.compile('"' + STRING_BODY + r"(?:\\(?:u[0-9a-fA-F]{0,3})?)?\Z")
 """A string cut off by the end of the text: every character so far is legal."""
 
+STRICT_STRING_PREFIX = re.compile('"' + STRING_BODY)
+"""Always matches: up to the closing quote, or to where a strict string fails."""
+
+LENIENT_STRING_PREFIX = re.compile(r'"(?:[^"\\\n]++|\\[^\n])*+')
+"""Always matches: up to the closing quote of a string that may hold bad escapes or
+control characters, or to the newline (or end of text) where it cannot close."""
+
+RAW_TO_BRACKET = re.compile(r"[^{}\[\]]*+")
+"""Up to the next bracket, quotes being plain text (inside a dead-quote region)."""
+
 NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][+-]?+[0-9]++)?+")
 
 WORD = re.compile(r"[A-Za-z0-9_.+\-]++")
@@ -64,8 +74,8 @@ def item_anchor(raw_key: str) -> re.Pattern[str]:
     return re.compile(r"\{[ \t\n\r]*+" + re.escape(raw_key) + r"[ \t\n\r]*+:")
 
 
-def skip_to_bracket(text: str, pos: int) -> int:
-    match = SKIP_TO_BRACKET.match(text, pos)
+def skip_to_bracket(text: str, pos: int, bound: int) -> int:
+    match = SKIP_TO_BRACKET.match(text, pos, bound)
     return match.end() if match else pos
 
 

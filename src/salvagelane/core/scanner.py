@@ -116,10 +116,9 @@ def bracket_extent(text: str, start: int) -> tuple[int, Closure, int]:
 
 _ROOT_OBJECT = re.compile(r"\{[ \t\n\r]*+(?:[\"}]|\Z)")
 _ROOT_ARRAY = re.compile(r"\[[ \t\n\r]*+[{\]]")
+_STRING, _CUT, _DEAD = "string", "cut", "dead"
 _VALUE_START = frozenset('{["-0123456789tfn')
-_LENIENT_STRING = re.compile(r'"(?:[^"\\\n]++|\\[^\n])*+"')
 _COMMA_SEPARATOR = re.compile(r"[ \t\n\r]*+,(?![ \t\n\r]*+[,\]])")
-_QUOTE_OR_NEWLINE = re.compile(r'["\n]')
 _EXPECT_KEY, _EXPECT_KEY_OR_CLOSE, _EXPECT_COMMA_OR_CLOSE = range(3)
 
 
@@ -156,6 +155,10 @@ class _Scanner:
         self.anomalies: list[Anomaly] = []
         self._anchor_iter: Iterator[re.Match[str]] | None = None
         self._anchor = self.n + 1  # next item signature not yet passed
+        # Quotes strictly inside these regions cannot open a (lenient / strict) string.
+        # Remembering them keeps the scan linear on text full of quotes that never close.
+        self._dead = (-1, -1)
+        self._strict_dead = (-1, -1)
 
     # ----------------------------------------------------------------- driver
 
@@ -251,20 +254,20 @@ class _Scanner:
             if char != '"':
                 pos = self._resync_member(level, pos)
                 continue
-            key_match = lexis.STRING.match(text, pos)
-            if key_match is None:
-                if lexis.STRING_PREFIX_TO_END.match(text, pos):
+            key_end = self._strict_string(pos)
+            if key_end < 0:
+                if self._lenient_string(pos)[1] is _CUT:
                     self.truncated = True
                     return n
                 pos = self._resync_member(level, pos + 1)
                 continue
-            key = _decode_key(key_match.group())
-            colon = lexis.skip_ws(text, key_match.end())
+            key = _decode_key(text[pos:key_end])
+            colon = lexis.skip_ws(text, key_end)
             if colon >= n:
                 self.truncated = True
                 return n
             if text[colon] != ":":
-                self._anomaly("missing_colon", key_match.start(), colon)
+                self._anomaly("missing_colon", pos, colon)
                 pos = self._resync_member(level, colon)
                 continue
             pos = lexis.skip_ws(text, colon + 1)
@@ -331,11 +334,10 @@ class _Scanner:
 
     def _resync_member(self, level: _Level, pos: int) -> int:
         """After damage between members, resume at the next ``"key":``; -1: none left."""
-        match = lexis.KEY_COLON.search(self.text, pos)
-        end = self.n if match is None else match.start()
-        self._anomaly("skipped_text", pos, end)
+        found = self._next_member(pos)
+        self._anomaly("skipped_text", pos, self.n if found < 0 else found)
         level.expect = _EXPECT_KEY
-        return -1 if match is None else end
+        return found
 
     # ------------------------------------------------------- items container
 
@@ -381,7 +383,7 @@ class _Scanner:
             if (
                 char == '"'
                 and self.path
-                and lexis.KEY_COLON.match(text, pos)
+                and self._is_member(pos)
                 and self._anchor_at_or_after(pos) > self.n
             ):
                 # A member of the enclosing object, and no item after it: the model
@@ -395,7 +397,7 @@ class _Scanner:
             seen_item = True
             expect_item = False
             value = None
-            if char in _VALUE_START and not (char == '"' and lexis.KEY_COLON.match(text, pos)):
+            if char in _VALUE_START and not (char == '"' and self._is_member(pos)):
                 value = self._scan_value(pos, item=True)  # a member name is never an item
             if value is not None and (value.closure is not Closure.BROKEN or char in "{["):
                 self._add_candidate(pos, value)
@@ -447,12 +449,13 @@ class _Scanner:
                 self._learn_signature(pos)
             return self.scan_brackets(pos, anchored=item)
         if char == '"':
-            match = lexis.STRING.match(text, pos)
-            if match is not None:
-                return _Value(end=match.end(), resume=match.end(), closure=Closure.CLOSED, depth=0)
-            if lexis.STRING_PREFIX_TO_END.match(text, pos):
+            end = self._strict_string(pos)
+            if end >= 0:
+                return _Value(end=end, resume=end, closure=Closure.CLOSED, depth=0)
+            if self._lenient_string(pos)[1] is _CUT:
                 return _Value(end=self.n, resume=self.n, closure=Closure.TRUNCATED, depth=0)
-            end = _broken_string_end(text, pos)
+            # The damage is where the strict read failed; what follows may be intact.
+            end = max(pos + 1, self._strict_failure(pos))
             return _Value(
                 end=end,
                 resume=end,
@@ -485,15 +488,17 @@ class _Scanner:
     def scan_brackets(self, start: int, *, anchored: bool) -> _Value:
         """Match brackets from ``start``, skipping strings; cut at a foreign item start."""
         text, n = self.text, self.n
-        for depth_bound, pattern in enumerate(lexis.SHALLOW_CONTAINERS, start=1):
-            # Fast path: a shallow, well-formed container is matched in one regex call.
-            # It is exactly what the loop below would find, unless a signature lies inside.
-            shallow = pattern.match(text, start)
+        # No regex in an item reads past the next item's signature: that keeps the
+        # work linear when quotes are out of step on one line.
+        bound = min(self._anchor_at_or_after(start + 1), n) if anchored else n
+        shallow_patterns = () if self._in_dead(start) else lexis.SHALLOW_CONTAINERS
+        for depth_bound, pattern in enumerate(shallow_patterns, start=1):
+            # Fast path: a shallow, well-formed container is matched in one regex call,
+            # exactly as the loop below would find it.
+            shallow = pattern.match(text, start, bound)
             if shallow is not None:
-                end = shallow.end()
-                if anchored and self._anchor_at_or_after(start + 1) < end:
-                    break
                 self.steps += 1
+                end = shallow.end()
                 return _Value(end=end, resume=end, closure=Closure.CLOSED, depth=depth_bound)
         stack = [text[start]]
         open_counts = {"{": 0, "[": 0}
@@ -503,12 +508,8 @@ class _Scanner:
         pos = start + 1
         while True:
             self.steps += 1
-            run_end = lexis.skip_to_bracket(text, pos)
             anchor = self._anchor_at_or_after(pos) if anchored else n + 1
-            if anchor < run_end:
-                # A signature inside what the scan took for a string: quotes are out of step.
-                return self._cut(start, anchor, depth, "item not closed before the next item")
-            pos = run_end
+            pos = self._skip(pos, min(anchor, n))
             if pos >= n:
                 return _Value(
                     end=n, resume=n, closure=Closure.TRUNCATED, depth=depth, defect=defect
@@ -535,18 +536,23 @@ class _Scanner:
                 if not stack:
                     closure = Closure.BROKEN if defect else Closure.CLOSED
                     return _Value(end=pos, resume=pos, closure=closure, depth=depth, defect=defect)
-            elif lexis.STRING_PREFIX_TO_END.match(text, pos):
-                # The text ends inside this string: a cut, whatever closers it holds.
-                return _Value(
-                    end=n, resume=n, closure=Closure.TRUNCATED, depth=depth, defect=defect
-                )
             else:
+                end, kind = self._lenient_string(pos, min(anchor, n))
+                if kind is _CUT and anchor < n:
+                    # A string that would run across the next item's signature: in valid
+                    # JSON no string holds an unescaped `{"key":`, so quotes are out of step.
+                    return self._cut(start, anchor, depth, "item not closed before the next item")
+                if kind is _CUT:
+                    # The text ends inside this string: a cut, whatever closers it holds.
+                    return _Value(
+                        end=n, resume=n, closure=Closure.TRUNCATED, depth=depth, defect=defect
+                    )
                 defect = defect or f"string at offset {pos} is not well formed"
-                lenient = _LENIENT_STRING.match(text, pos)
                 # A bad escape or a raw control character still leaves a string on one
                 # line: skip it whole. A quote that meets a newline is out of step: step
-                # over it alone, so the count resynchronises at the next line.
-                pos = lenient.end() if lenient is not None else pos + 1
+                # over it alone (its line is now a dead region, read as plain text), so
+                # the count resynchronises at the next line.
+                pos = end if kind is _STRING else pos + 1
 
     def _cut(self, start: int, at: int, depth: int, defect: str) -> _Value:
         return _Value(
@@ -562,10 +568,13 @@ class _Scanner:
     def _learn_signature(self, pos: int) -> None:
         if self._anchor_iter is not None:
             return
-        match = lexis.FIRST_KEY.match(self.text, pos)
-        if match is None:
+        quote = lexis.skip_ws(self.text, pos + 1)
+        if quote >= self.n or self.text[quote] != '"':
             return
-        self._anchor_iter = lexis.item_anchor(match.group(1)).finditer(self.text, pos + 1)
+        end = self._strict_string(quote)
+        if end < 0 or self._next_char(end) != ":":
+            return
+        self._anchor_iter = lexis.item_anchor(self.text[quote:end]).finditer(self.text, pos + 1)
         self._anchor = -1
 
     def _anchor_at_or_after(self, pos: int) -> int:
@@ -574,21 +583,94 @@ class _Scanner:
             self._anchor = self.n + 1 if nxt is None else nxt.start()
         return self._anchor
 
+    # --------------------------------------------------------------- strings
+    #
+    # Dead quotes: if a string opening at quote p fails at f, every quote between
+    # them is the second half of an escape pair as read from p, so a string opening
+    # there reads the same text and fails at f too. Such a region is remembered and
+    # read as plain text, so no quote in it is tried again: linear work on any input.
+
+    def _in_dead(self, pos: int) -> bool:
+        return self._dead[0] < pos < self._dead[1]
+
+    def _strict_string(self, quote: int) -> int:
+        """End of the well-formed string opening at ``quote``, or -1."""
+        if self._in_dead(quote) or self._strict_dead[0] < quote < self._strict_dead[1]:
+            return -1
+        stop = lexis.STRICT_STRING_PREFIX.match(self.text, quote).end()  # type: ignore[union-attr]
+        if stop < self.n and self.text[stop] == '"':
+            return stop + 1
+        self._strict_dead = (quote, stop)
+        return -1
+
+    def _strict_failure(self, quote: int) -> int:
+        """Where a strict string opening at ``quote`` (known to fail) stops."""
+        if self._strict_dead[0] <= quote < self._strict_dead[1]:
+            return self._strict_dead[1]
+        return self._dead[1] if self._in_dead(quote) else quote + 1
+
+    def _lenient_string(self, quote: int, bound: int | None = None) -> tuple[int, str]:
+        """How a string read leniently from ``quote`` ends: (end, _STRING), _CUT or _DEAD.
+
+        _CUT: it runs to ``bound`` (the end of the text by default) without closing.
+        """
+        if self._in_dead(quote):
+            return self._dead[1], _DEAD
+        limit = self.n if bound is None else bound
+        stop = lexis.LENIENT_STRING_PREFIX.match(self.text, quote, limit).end()  # type: ignore[union-attr]
+        if stop >= limit or (stop + 1 >= limit and self.text[stop] == "\\"):
+            return limit, _CUT  # runs to the bound, maybe ending in half an escape
+        if self.text[stop] == '"':
+            return stop + 1, _STRING
+        self._dead = (quote, stop)
+        return stop, _DEAD
+
+    def _skip(self, pos: int, bound: int | None = None) -> int:
+        """Up to the next bracket or quote outside strings and dead regions, or ``bound``."""
+        limit = self.n if bound is None else bound
+        if self._in_dead(pos):
+            dead_end = min(self._dead[1], limit)
+            end = lexis.RAW_TO_BRACKET.match(self.text, pos, dead_end).end()  # type: ignore[union-attr]
+            if end < dead_end or end >= limit:
+                return end
+            pos = end
+        return lexis.skip_to_bracket(self.text, pos, limit)
+
+    def _is_member(self, quote: int) -> bool:
+        """Does an object member (``"key":``) start at ``quote``?"""
+        end = self._strict_string(quote)
+        return end >= 0 and self._next_char(end) == ":"
+
+    def _next_member(self, pos: int) -> int:
+        """The next ``"key":`` at or after ``pos``, or -1; each quote is tried once."""
+        text = self.text
+        quote = text.find('"', pos)
+        while quote >= 0:
+            self.steps += 1
+            end = self._strict_string(quote)
+            if end >= 0 and self._next_char(end) == ":":
+                return quote
+            # A string that closes may be followed by a key opening at its closing quote;
+            # a string that fails cannot be opened again before its failure point.
+            quote = text.find('"', end - 1 if end >= 0 else max(quote + 1, self._strict_dead[1]))
+        return -1
+
     # --------------------------------------------------------------- helpers
 
     def _stray_end(self, pos: int) -> int:
         """Where text that is not a value ends: the next bracket outside a string."""
-        text, n = self.text, self.n
+        text = self.text
+        # Like an item, stray text never runs across the next item's signature.
+        bound = min(self._anchor_at_or_after(pos + 1), self.n)
         end = pos
         while True:
             self.steps += 1
-            end = lexis.skip_to_bracket(text, end)
-            if end >= n or text[end] != '"':
+            end = self._skip(end, bound)
+            if end >= bound or text[end] != '"':
                 break
-            lenient = _LENIENT_STRING.match(text, end)
-            end = lenient.end() if lenient is not None else end + 1
-        # Like an item, stray text never runs across the next item's signature.
-        return max(pos + 1, min(end, self._anchor_at_or_after(pos + 1)))
+            after, kind = self._lenient_string(end, bound)
+            end = bound if kind is _CUT else after if kind is _STRING else end + 1
+        return max(pos + 1, end)
 
     def _inner_goes_on(self, closer: int, inner: str) -> bool:
         """After a mismatched closer: does the open inner container visibly continue?
@@ -603,7 +685,7 @@ class _Scanner:
         pos = lexis.skip_ws(text, pos + 1)
         if pos >= n:
             return False
-        member = lexis.KEY_COLON.match(text, pos) is not None
+        member = text[pos] == '"' and self._is_member(pos)
         if inner == "[":
             return text[pos] != "{" and not member
         return member
@@ -633,14 +715,6 @@ def _trim_end(text: str, start: int, end: int) -> int:
     while end > start + 1 and text[end - 1] in " \t\n\r,":
         end -= 1
     return end
-
-
-def _broken_string_end(text: str, pos: int) -> int:
-    """Where a malformed string token ends: after its next quote, or at the end of its line."""
-    match = _QUOTE_OR_NEWLINE.search(text, pos + 1)
-    if match is None:
-        return len(text)
-    return match.end() if match.group() == '"' else match.start()
 
 
 def _decode_key(raw: str) -> str:
