@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pytest
 
+from _guards import time_limit
 from salvagelane.core import ItemSchema, Reason, SalvagePolicy, SalvageResult, salvage
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -51,28 +48,6 @@ FILES: list[Path] = sorted(SUITE.iterdir()) if SUITE.is_dir() else []
 # ---------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------
-
-
-@contextmanager
-def time_limit(seconds: int, what: str) -> Iterator[None]:
-    """Fail (instead of blocking CI) when the body runs longer than ``seconds``.
-
-    SIGALRM interrupts Python code; a hang inside one C call is interrupted when it returns.
-    """
-    if not hasattr(signal, "SIGALRM"):  # not on this platform: run unguarded
-        yield
-        return
-
-    def on_alarm(signum: int, frame: FrameType | None) -> None:
-        raise TimeoutError(f"{what} took longer than {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def read_text(path: Path) -> str:

@@ -10,14 +10,12 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pytest
 
+from _guards import time_limit
 from salvagelane.core import (
     Guardrails,
     ItemSchema,
@@ -542,23 +540,6 @@ def test_cli_hostile_bytes(repo_root: Path, tmp_path: Path) -> None:
     assert out["status"] == "partial"
 
 
-@contextmanager
-def hang_guard(seconds: int) -> Iterator[None]:
-    """Fail instead of blocking CI when the body effectively hangs (no timing assertion:
-    the guard is orders of magnitude above what linear work needs)."""
-
-    def on_alarm(signum: int, frame: FrameType | None) -> None:
-        raise TimeoutError(f"still running after {seconds} s: superlinear work")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 QUOTE_BACKSLASH = '"\\' * 50_000  # 100 KB of `"\"\"\...`: every quote opens a string that fails
 
 
@@ -577,7 +558,7 @@ def test_quotes_that_never_close_cost_linear_work(raw: str) -> None:
     # see work done inside the regex engine, so this guard does: 100 KB takes well under a
     # second when linear; 20 s is only reached by quadratic work (about 100 s here, hours
     # at the 8 MiB default byte cap).
-    with hang_guard(20):
+    with time_limit(20, "superlinear work:"):
         result = run(raw)
         assert scan(raw, ITEMS).steps <= 2 * len(raw) + 2
     assert {"id": 1} in accepted(result) if '{"id": 1}' in raw else not result.items

@@ -15,9 +15,6 @@ STRING_BODY = r'(?:[^"\\\x00-\x1f]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+'
 
 WS_RUN = re.compile(r"[ \t\n\r]*+")
 
-STRING = re.compile('"' + STRING_BODY + '"')
-"""A well-formed JSON string token, quotes included."""
-
 STRING_PREFIX_TO_END = re.compile('"' + STRING_BODY + r"(?:\\(?:u[0-9a-fA-F]{0,3})?)?\Z")
 """A string cut off by the end of the text: every character so far is legal."""
 
@@ -38,12 +35,6 @@ WORD = re.compile(r"[A-Za-z0-9_.+\-]++")
 
 SKIP_TO_BRACKET = re.compile(r'(?:[^"{}\[\]]++|"' + STRING_BODY + '")*+')
 """Everything up to the next bracket or quote that is not inside a well-formed string."""
-
-KEY_COLON = re.compile('"' + STRING_BODY + r'"[ \t\n\r]*+:')
-"""An object key followed by its colon: the point where member scanning can resume."""
-
-FIRST_KEY = re.compile(r'\{[ \t\n\r]*+("' + STRING_BODY + '")[ \t\n\r]*+:')
-"""An object that opens with a key: used to learn the item signature."""
 
 
 def _nested(levels: int) -> str:
