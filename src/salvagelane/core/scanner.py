@@ -184,6 +184,7 @@ class _Scanner:
                 pos = max(end, match.start() + 1)
         if root is not None:
             self._note_surroundings(root)
+            self._scan_items_after(root.end)
         return ScanResult(
             items_path=self.path,
             root=root,
@@ -341,12 +342,45 @@ class _Scanner:
 
     # ------------------------------------------------------- items container
 
+    def _scan_items_after(self, pos: int) -> None:
+        """Items whose signature appears after the report ended: damage closed it early.
+
+        Scanned as a continuation of the list, so an intact item is never lost
+        as trailing text; the anomaly says where this happened.
+        """
+        container = self.container
+        while container is not None and not self.truncated:
+            self.steps += 1
+            anchor = self._anchor_at_or_after(pos)
+            if anchor >= self.n:
+                return
+            self._anomaly("items_after_report", pos, anchor)
+            if self.text[pos:anchor].strip(" \t\r\n,]}"):
+                # Remnants of whatever closed the report early: shown, not dropped.
+                self._add_candidate(
+                    pos,
+                    _Value(
+                        end=_trim_end(self.text, pos, anchor),
+                        resume=anchor,
+                        closure=Closure.BROKEN,
+                        depth=0,
+                        defect="text after the report closed early",
+                    ),
+                    stray=True,
+                )
+            end = self._scan_items(anchor, container.start, expect_item=True)
+            if end <= anchor:
+                return
+            pos = end
+
     def _scan_container(self, start: int) -> int:
         """Scan the items array opening at ``start``; return where scanning goes on."""
+        self.container = Span(start=start, end=self.n)
+        return self._scan_items(start + 1, start, expect_item=True)
+
+    def _scan_items(self, pos: int, start: int, *, expect_item: bool) -> int:
+        """The items loop of the array opening at ``start``, from ``pos``."""
         text, n = self.text, self.n
-        self.container = Span(start=start, end=n)
-        pos = start + 1
-        expect_item = True
         seen_item = False
         while True:
             self.steps += 1
@@ -362,7 +396,7 @@ class _Scanner:
                 pos += 1
                 continue
             if char == "]":
-                if self._item_follows(pos + 1):
+                if self._item_follows(pos + 1) or self._list_goes_on(pos + 1):
                     self._anomaly("stray_bracket", pos, pos + 1)
                     pos += 1
                     continue
@@ -372,7 +406,12 @@ class _Scanner:
                 self.container_closed = True
                 return pos + 1
             if char == "}":
-                if self._next_char(pos + 1) in (",", "{", "]"):
+                # Stray unless the list visibly ends here: items still follow, or a
+                # separator or another item comes next.
+                if (
+                    self._next_char(pos + 1) in (",", "{", "]")
+                    or self._anchor_at_or_after(pos) <= self.n
+                ):
                     self._anomaly("stray_brace", pos, pos + 1)
                     pos += 1
                     continue
@@ -399,6 +438,8 @@ class _Scanner:
             value = None
             if char in _VALUE_START and not (char == '"' and self._is_member(pos)):
                 value = self._scan_value(pos, item=True)  # a member name is never an item
+                if char == '"' and value.end > self._anchor_at_or_after(pos + 1):
+                    value = None  # a "string" across the next signature: quotes out of step
             if value is not None and (value.closure is not Closure.BROKEN or char in "{["):
                 self._add_candidate(pos, value)
                 if value.closure is Closure.TRUNCATED:
@@ -500,6 +541,7 @@ class _Scanner:
                 self.steps += 1
                 end = shallow.end()
                 return _Value(end=end, resume=end, closure=Closure.CLOSED, depth=depth_bound)
+        item_indent = self._line_indent(start) if anchored else None
         stack = [text[start]]
         open_counts = {"{": 0, "[": 0}
         open_counts[text[start]] += 1
@@ -516,7 +558,7 @@ class _Scanner:
                 )
             char = text[pos]
             if char == "{" or char == "[":
-                if anchor == pos and stack[-1] == "{" and self._prev_char(pos) != ":":
+                if anchor == pos and self._starts_another_item(pos, stack[-1], item_indent):
                     return self._cut(start, pos, depth, "item not closed before the next item")
                 stack.append(char)
                 open_counts[char] += 1
@@ -677,6 +719,7 @@ class _Scanner:
 
         ``["a"}, "b"]``: a comma then another array element, so the ``}`` was stray.
         ``["a", "b"}, {...``: a comma then an object, so the ``]`` was missing.
+        A ``]`` that meets an open object always closes it (a ``}`` was missing).
         """
         text, n = self.text, self.n
         pos = lexis.skip_ws(text, closer + 1)
@@ -685,17 +728,67 @@ class _Scanner:
         pos = lexis.skip_ws(text, pos + 1)
         if pos >= n:
             return False
+        # Only an array visibly goes on. After `]` met an open object, a member could
+        # belong to either object, and a missing `}` is far likelier than a stray `]`.
         member = text[pos] == '"' and self._is_member(pos)
-        if inner == "[":
-            return text[pos] != "{" and not member
-        return member
+        return inner == "[" and text[pos] != "{" and not member
+
+    def _starts_another_item(self, anchor: int, top: str, item_indent: int | None) -> bool:
+        """Is this signature, met as a bracket inside an open item, a new item?
+
+        Yes where the grammar allows no value there (an object is open and the ``{``
+        does not follow a ``:``), and in laid-out output where it opens its own line no
+        deeper than the current item did: a nested object would be indented further.
+        """
+        if top == "{" and self._prev_char(anchor) != ":":
+            return True
+        indent = self._line_indent(anchor)
+        return item_indent is not None and indent is not None and indent <= item_indent
+
+    def _line_indent(self, pos: int) -> int | None:
+        """The indentation of ``pos`` if only spaces or tabs precede it on its line."""
+        text = self.text
+        back = pos
+        while back > 0 and text[back - 1] in " \t":
+            back -= 1
+        if back == 0 or text[back - 1] in "\r\n":
+            return pos - back
+        return None
+
+    def _list_goes_on(self, pos: int) -> bool:
+        """After a ``]`` between items: is this not where the list can end?
+
+        A list ends at the end of the text (a bare array) or before ``}`` or
+        ``, "key":`` (inside an envelope). Anything else, with item signatures
+        still ahead, means the ``]`` came from a damaged item.
+        """
+        if self._anchor_at_or_after(pos) > self.n:
+            return False
+        text, n = self.text, self.n
+        nxt = lexis.skip_ws(text, pos)
+        if not self.path:
+            return nxt < n
+        if nxt < n and text[nxt] == "}":
+            return False
+        if nxt < n and text[nxt] == ",":
+            member = lexis.skip_ws(text, nxt + 1)
+            return not (member < n and text[member] == '"' and self._is_member(member))
+        return True
 
     def _item_follows(self, pos: int) -> bool:
-        """After a closer: does an object start next, maybe after one comma? Then it was stray."""
-        pos = lexis.skip_ws(self.text, pos)
-        if pos < self.n and self.text[pos] == ",":
-            pos = lexis.skip_ws(self.text, pos + 1)
-        return pos < self.n and self.text[pos] == "{"
+        """After a closer: does an object start next? Then the closer was stray.
+
+        Looks past one comma and at most three more stray closers (``]}, {``): a bound,
+        so that a long run of closers costs linear work.
+        """
+        text, n = self.text, self.n
+        pos = lexis.skip_ws(text, pos)
+        for _ in range(3):
+            if pos < n and text[pos] in "}]":
+                pos = lexis.skip_ws(text, pos + 1)
+        if pos < n and text[pos] == ",":
+            pos = lexis.skip_ws(text, pos + 1)
+        return pos < n and text[pos] == "{"
 
     def _next_char(self, pos: int) -> str:
         pos = lexis.skip_ws(self.text, pos)
