@@ -456,21 +456,21 @@ def test_limit_damage_to_the_first_items_opening_key() -> None:
     assert accepted(result) == [{"id": 1}]
 
 
-@pytest.mark.xfail(strict=True, reason="ADR 0002 limit: a signature inside an array is no cut")
-def test_limit_an_item_that_opens_with_a_bracket() -> None:
-    # `{` replaced by `[`: the later items sit inside what the scan believes is an array.
+def test_an_item_that_opens_with_a_bracket_costs_only_itself() -> None:
+    # `{` replaced by `[`: once a limit of ADR 0002, now cut at the next signature
+    # (a signature directly inside an array-shaped candidate starts a new item).
     result = run('[{"id": 0}, ["id": 1}, {"id": 2}, {"id": 3}]', ())
     assert accepted(result) == [{"id": 0}, {"id": 2}, {"id": 3}]
 
 
 def test_limits_still_quarantine_what_they_swallow() -> None:
-    # The documented limits lose items, but never silently: the swallowed text is in a
-    # quarantined candidate's span.
-    raw = '[{"id": 0}, ["id": 1}, {"id": 2}, {"id": 3}]'
+    # The documented limit loses an item, but never silently: the swallowed text is in
+    # a quarantined candidate's span.
+    raw = '[{""id": 0}, {"id": 1}]'
     result = run(raw, ())
-    swallowed = raw.index('{"id": 3}')
+    swallowed = raw.index('{"id": 1}')
     assert any(q.span.start < swallowed < q.span.end for q in result.quarantined)
-    assert result.status is Status.PARTIAL
+    assert result.status is Status.FAILED  # nothing accepted: total loss, never "partial"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -159,6 +159,7 @@ class _Scanner:
         # Remembering them keeps the scan linear on text full of quotes that never close.
         self._dead = (-1, -1)
         self._strict_dead = (-1, -1)
+        self._items_indent: int | None = None  # indentation of laid-out items, once seen
 
     # ----------------------------------------------------------------- driver
 
@@ -396,7 +397,7 @@ class _Scanner:
                 pos += 1
                 continue
             if char == "]":
-                if self._item_follows(pos + 1) or self._list_goes_on(pos + 1):
+                if self._item_follows(pos + 1) or self._list_goes_on(pos):
                     self._anomaly("stray_bracket", pos, pos + 1)
                     pos += 1
                     continue
@@ -529,6 +530,8 @@ class _Scanner:
     def scan_brackets(self, start: int, *, anchored: bool) -> _Value:
         """Match brackets from ``start``, skipping strings; cut at a foreign item start."""
         text, n = self.text, self.n
+        if anchored and self._items_indent is None:
+            self._items_indent = self._line_indent(start)  # learned from the first item
         # No regex in an item reads past the next item's signature: that keeps the
         # work linear when quotes are out of step on one line.
         bound = min(self._anchor_at_or_after(start + 1), n) if anchored else n
@@ -541,7 +544,6 @@ class _Scanner:
                 self.steps += 1
                 end = shallow.end()
                 return _Value(end=end, resume=end, closure=Closure.CLOSED, depth=depth_bound)
-        item_indent = self._line_indent(start) if anchored else None
         stack = [text[start]]
         open_counts = {"{": 0, "[": 0}
         open_counts[text[start]] += 1
@@ -558,7 +560,7 @@ class _Scanner:
                 )
             char = text[pos]
             if char == "{" or char == "[":
-                if anchor == pos and self._starts_another_item(pos, stack[-1], item_indent):
+                if anchor == pos and self._starts_another_item(pos, stack):
                     return self._cut(start, pos, depth, "item not closed before the next item")
                 stack.append(char)
                 open_counts[char] += 1
@@ -733,17 +735,23 @@ class _Scanner:
         member = text[pos] == '"' and self._is_member(pos)
         return inner == "[" and text[pos] != "{" and not member
 
-    def _starts_another_item(self, anchor: int, top: str, item_indent: int | None) -> bool:
+    def _starts_another_item(self, anchor: int, stack: list[str]) -> bool:
         """Is this signature, met as a bracket inside an open item, a new item?
 
         Yes where the grammar allows no value there (an object is open and the ``{``
-        does not follow a ``:``), and in laid-out output where it opens its own line no
-        deeper than the current item did: a nested object would be indented further.
+        does not follow a ``:``); directly inside an array-shaped candidate, when the
+        list's items are objects (that candidate is a damaged item already); and in
+        laid-out output where it opens its own line no deeper than the list's items
+        do: a nested object would be indented further.
         """
-        if top == "{" and self._prev_char(anchor) != ":":
+        if stack[-1] == "{" and self._prev_char(anchor) != ":":
+            return True
+        if stack == ["["]:
             return True
         indent = self._line_indent(anchor)
-        return item_indent is not None and indent is not None and indent <= item_indent
+        return (
+            self._items_indent is not None and indent is not None and indent <= self._items_indent
+        )
 
     def _line_indent(self, pos: int) -> int | None:
         """The indentation of ``pos`` if only spaces or tabs precede it on its line."""
@@ -755,17 +763,22 @@ class _Scanner:
             return pos - back
         return None
 
-    def _list_goes_on(self, pos: int) -> bool:
-        """After a ``]`` between items: is this not where the list can end?
+    def _list_goes_on(self, bracket: int) -> bool:
+        """Is this ``]`` between items not where the list can end?
 
-        A list ends at the end of the text (a bare array) or before ``}`` or
-        ``, "key":`` (inside an envelope). Anything else, with item signatures
-        still ahead, means the ``]`` came from a damaged item.
+        Only asked while item signatures lie ahead. In laid-out output the list's
+        own ``]`` starts its line, shallower than the items. Otherwise a list ends
+        at the end of the text (a bare array) or before ``}`` or ``, "key":``
+        (inside an envelope). Anything else means the ``]`` came from a damaged item.
         """
-        if self._anchor_at_or_after(pos) > self.n:
+        if self._anchor_at_or_after(bracket) > self.n:
             return False
+        if self._items_indent is not None:
+            indent = self._line_indent(bracket)
+            if indent is None or indent >= self._items_indent:
+                return True  # the list's own `]` opens its line, shallower than its items
         text, n = self.text, self.n
-        nxt = lexis.skip_ws(text, pos)
+        nxt = lexis.skip_ws(text, bracket + 1)
         if not self.path:
             return nxt < n
         if nxt < n and text[nxt] == "}":
