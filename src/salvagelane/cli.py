@@ -17,10 +17,17 @@ from salvagelane.core import (
     parse_items_path,
     salvage,
 )
-from salvagelane.errors import ConfigurationError, InputError, ItemsPathError, SalvagelaneError
+from salvagelane.errors import (
+    ConfigurationError,
+    DefinitionError,
+    InputError,
+    ItemsPathError,
+    SalvagelaneError,
+)
 from salvagelane.loading import load_allow_list, load_item_schema, read_raw
 
 EXIT_OK = 0
+EXIT_INVALID = 1
 EXIT_USAGE = 2
 
 
@@ -165,6 +172,46 @@ def salvage_command(
         # A lone surrogate (from bytes that were not UTF-8) cannot be written as UTF-8;
         # backslashreplace turns it into a \uXXXX escape, which is valid JSON inside a string.
         click.echo(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+
+
+@cli.command("check")
+@click.argument(
+    "directory",
+    required=False,
+    default="instructions",
+    type=click.Path(file_okay=False, path_type=Path),
+)
+def check_command(directory: Path) -> None:
+    """Validate every instruction definition (*.yaml, *.yml) in DIRECTORY.
+
+    DIRECTORY defaults to instructions/. Each definition is loaded and validated,
+    its context resolved (context callables are called) and its prompt rendered.
+    Prints one line per definition; exit 1 if any is invalid, 2 if DIRECTORY is
+    missing or holds no definitions.
+    """
+    # Imported here: Jinja2 and PyYAML add about 60 ms that `salvage` never needs.
+    from salvagelane.instructions import (
+        check_instruction,
+        definition_files,
+        duplicate_id_check,
+    )
+
+    files = definition_files(directory)
+    if not files:
+        raise ConfigurationError(f"{directory}: no instruction definitions (*.yaml, *.yml)")
+    seen: dict[str, Path] = {}
+    invalid = 0
+    for path in files:
+        try:
+            instruction = check_instruction(path)
+            duplicate_id_check(instruction, seen)
+        except DefinitionError as exc:
+            invalid += 1
+            click.echo("error  " + " ".join(str(exc).split()))
+            continue
+        click.echo(f"ok  {instruction.id}  ({path})")
+    if invalid:
+        raise click.exceptions.Exit(EXIT_INVALID)
 
 
 def _run_batch(policy: SalvagePolicy) -> None:

@@ -16,6 +16,20 @@ class ConfigurationError(SalvagelaneError):
     """A definition, schema, allow-list or option is unusable as given."""
 
 
+class DefinitionError(ConfigurationError):
+    """An instruction definition is unusable.
+
+    The message names the file, the field path and what was expected, e.g.
+    ``instructions/x.yaml: connector.kind: expected one of "openai", "anthropic",
+    "replay", got "gpt"``. ``paths`` holds the dotted field paths at fault.
+    """
+
+    def __init__(self, message: str, *, source: str | None = None, paths: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.source = source
+        self.paths = paths
+
+
 class SchemaError(ConfigurationError):
     """An item or envelope JSON Schema cannot be loaded or is not a valid schema."""
 
