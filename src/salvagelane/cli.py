@@ -190,7 +190,7 @@ def check_command(directory: Path) -> None:
     missing or holds no definitions.
     """
     # Imported here: Jinja2 and PyYAML add about 60 ms that `salvage` never needs.
-    from salvagelane.instructions import (
+    from salvagelane.definitions import (
         check_instruction,
         definition_files,
         duplicate_id_check,

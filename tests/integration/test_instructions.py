@@ -17,8 +17,7 @@ import jsonschema
 import pytest
 
 from salvagelane.core import ItemSchema, salvage
-from salvagelane.errors import ConfigurationError, DefinitionError
-from salvagelane.instructions import (
+from salvagelane.definitions import (
     UNCERTAINTY_SENTENCE,
     AllowListSource,
     ConnectorKind,
@@ -31,6 +30,7 @@ from salvagelane.instructions import (
     resolve_allow_lists,
     resolve_context,
 )
+from salvagelane.errors import ConfigurationError, DefinitionError
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "instructions" / "daily-triage.yaml"

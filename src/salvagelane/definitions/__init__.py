@@ -1,0 +1,66 @@
+"""Instruction definitions (``instructions/*.yaml``): load, validate, resolve, render.
+
+The I/O shell around a definition. Loading parses the YAML safely, validates it
+against ``schemas/instruction.schema.json`` and checks every cross-reference
+(schema files, allow-list files, context names, cron, time zone, template
+variables) so that a broken definition fails here, with a message naming the
+file, the field path and what was expected, never in the middle of a run.
+
+YAML is read with the scalars of YAML 1.2's core schema: only ``true`` and
+``false`` are booleans (so ``on:`` is a key, not ``True``), dates stay strings,
+and there are no sexagesimal, octal or infinite numbers. Duplicate keys are
+errors. Relative paths in a definition are resolved against its directory.
+"""
+
+from __future__ import annotations
+
+from salvagelane.definitions.context import resolve_allow_lists, resolve_context
+from salvagelane.definitions.cron import cron_problem
+from salvagelane.definitions.loading import (
+    check_instruction,
+    definition_files,
+    duplicate_id_check,
+    load_instruction,
+    load_instructions,
+)
+from salvagelane.definitions.model import (
+    AllowListSource,
+    Connector,
+    ConnectorKind,
+    ContextSource,
+    GuardrailSpec,
+    Instruction,
+    OutputSpec,
+    PromptTemplates,
+    RenderedPrompt,
+    RetryOn,
+    RetryPolicy,
+    Schedule,
+)
+from salvagelane.definitions.templates import UNCERTAINTY_SENTENCE, output_contract, render_prompt
+
+__all__ = [
+    "UNCERTAINTY_SENTENCE",
+    "AllowListSource",
+    "Connector",
+    "ConnectorKind",
+    "ContextSource",
+    "GuardrailSpec",
+    "Instruction",
+    "OutputSpec",
+    "PromptTemplates",
+    "RenderedPrompt",
+    "RetryOn",
+    "RetryPolicy",
+    "Schedule",
+    "check_instruction",
+    "cron_problem",
+    "definition_files",
+    "duplicate_id_check",
+    "load_instruction",
+    "load_instructions",
+    "output_contract",
+    "render_prompt",
+    "resolve_allow_lists",
+    "resolve_context",
+]

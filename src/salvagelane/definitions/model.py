@@ -1,0 +1,172 @@
+"""The instruction definition, as loaded: enums and frozen dataclasses."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from salvagelane.core import Guardrails, ItemSchema, SalvagePolicy
+
+# --- The definition, as loaded -------------------------------------------------------------
+
+
+class ConnectorKind(enum.StrEnum):
+    """The wire format of a connector."""
+
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+    REPLAY = "replay"
+
+
+class RetryOn(enum.StrEnum):
+    """Outcomes of an attempt that may trigger another one."""
+
+    NOTHING_SALVAGED = "nothing_salvaged"
+    TRUNCATED = "truncated"
+    PROVIDER_ERROR = "provider_error"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Schedule:
+    """When the scheduler runs the instruction."""
+
+    cron: str
+    timezone: str
+    misfire_grace_seconds: int = 3600
+    deadline_seconds: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Connector:
+    """The LLM endpoint. ``api_key_env`` names the key's environment variable; it is read
+    only when a call is made."""
+
+    kind: ConnectorKind
+    model: str
+    max_output_tokens: int
+    temperature: float
+    timeout_seconds: float
+    structured_output: bool
+    base_url: str | None = None
+    api_key_env: str | None = None
+    max_tokens_field: str | None = None
+    fixture: Path | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PromptTemplates:
+    """The Jinja2 sources of the prompt."""
+
+    system: str
+    user: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutputSpec:
+    """The report the model must return, with its schemas compiled."""
+
+    envelope_schema_path: Path
+    item_schema_path: Path
+    items_path: tuple[str, ...]
+    rank_key: str
+    envelope_schema: ItemSchema
+    item_schema: ItemSchema
+
+    @property
+    def items_path_text(self) -> str:
+        return ".".join(self.items_path)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AllowListSource:
+    """One allow-list: a field and exactly one of inline values, a file or a context name."""
+
+    field: str
+    values: tuple[str, ...] | None = None
+    file: Path | None = None
+    context: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GuardrailSpec:
+    """The guardrails of a definition; allow-lists are resolved per run."""
+
+    max_items: int
+    max_depth: int
+    max_string_length: int
+    max_output_bytes: int
+    coerce: bool
+    allow_lists: tuple[AllowListSource, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ContextSource:
+    """Where one context value comes from."""
+
+    name: str
+    kind: Literal["value", "file", "callable"]
+    value: Any = None
+    file: Path | None = None
+    callable: str | None = None
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryPolicy:
+    """How often, and after which outcomes, a run asks again."""
+
+    attempts: int
+    on: tuple[RetryOn, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Instruction:
+    """A validated instruction definition.
+
+    ``definition`` is the document as written; ``definition_sha256`` is the SHA-256
+    of its canonical JSON (sorted keys, no whitespace), which identifies the version
+    a run used. Comments and layout do not change it; referenced files are hashed
+    separately (``output.item_schema.sha256``).
+    """
+
+    id: str
+    description: str
+    schedule: Schedule
+    connector: Connector
+    prompt: PromptTemplates
+    output: OutputSpec
+    guardrails: GuardrailSpec
+    context: Mapping[str, ContextSource]
+    retry: RetryPolicy
+    source: Path
+    definition: Mapping[str, Any]
+    definition_sha256: str
+
+    def salvage_policy(self, allow_lists: Mapping[str, frozenset[str]]) -> SalvagePolicy:
+        """The core's policy for this instruction, with allow-lists from
+        :func:`resolve_allow_lists`."""
+        limits = self.guardrails
+        return SalvagePolicy(
+            items_path=self.output.items_path,
+            item_schema=self.output.item_schema,
+            guardrails=Guardrails(
+                max_bytes=limits.max_output_bytes,
+                max_depth=limits.max_depth,
+                max_string_length=limits.max_string_length,
+                max_items=limits.max_items,
+                rank_key=self.output.rank_key,
+                allow_lists=dict(allow_lists),
+                coerce=limits.coerce,
+            ),
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RenderedPrompt:
+    """The prompt as sent: the system prompt ends with the output contract."""
+
+    system: str
+    user: str

@@ -1,0 +1,112 @@
+"""Problems found in a definition, and the messages that report them."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from salvagelane.errors import DefinitionError
+
+if TYPE_CHECKING:
+    from salvagelane.definitions.model import Instruction
+
+_MAX_PROBLEMS = 3  # problems spelled out in one message
+_RECEIVED_CHARS = 80
+
+
+# --- Problems and their messages -----------------------------------------------------------
+
+PathParts = tuple[str | int, ...]
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    path: PathParts
+    message: str  # "expected ..., got ..."
+
+
+def format_path(path: Sequence[str | int]) -> str:
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif _PLAIN_KEY.match(part):
+            text += f".{part}" if text else part
+        else:
+            text += f"[{json.dumps(part, ensure_ascii=False)}]"
+    return text or "(top level)"
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def raise_problems(
+    source: str,
+    problems: Sequence[Problem],
+    lines: Mapping[PathParts, int] | None = None,
+) -> None:
+    if not problems:
+        return
+    shown = []
+    for problem in problems[:_MAX_PROBLEMS]:
+        line = _line_of(lines or {}, problem.path)
+        where = f" (line {line})" if line else ""
+        shown.append(f"{format_path(problem.path)}: {one_line(problem.message)}{where}")
+    if len(problems) > _MAX_PROBLEMS:
+        shown.append(f"and {len(problems) - _MAX_PROBLEMS} more")
+    raise DefinitionError(
+        f"{source}: " + "; ".join(shown),
+        source=source,
+        paths=tuple(format_path(p.path) for p in problems),
+    )
+
+
+def in_document_order(problems: list[Problem], lines: Mapping[PathParts, int]) -> list[Problem]:
+    return sorted(problems, key=lambda problem: _line_of(lines, problem.path) or 0)
+
+
+def _line_of(lines: Mapping[PathParts, int], path: PathParts) -> int | None:
+    while True:
+        if path in lines:
+            return lines[path]
+        if not path:
+            return None
+        path = path[:-1]
+
+
+def received(value: Any, *, secret: bool = False) -> str:
+    if secret:
+        return "a value that is not a variable name (not shown: it may be a secret)"
+    if value is None:
+        return "an empty value"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        if len(value) > _RECEIVED_CHARS:
+            return json.dumps(value[:_RECEIVED_CHARS], ensure_ascii=False)[:-1] + '..."'
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def quoted(values: Iterable[Any]) -> str:
+    return ", ".join(json.dumps(v, ensure_ascii=False) for v in values)
+
+
+def fail(instruction: Instruction, path: PathParts, message: str) -> DefinitionError:
+    source = str(instruction.source)
+    return DefinitionError(
+        f"{source}: {format_path(path)}: {one_line(message)}",
+        source=source,
+        paths=(format_path(path),),
+    )
