@@ -382,6 +382,15 @@ BROKEN = [
         files={"instructions/context/dup.yaml": "- id: a\n  id: b\n"},
     ),
     Broken(
+        "json-context-file-with-duplicate-key",
+        "file: context/workstreams.yaml",
+        "file: context/dup.json",
+        "context.workstreams.file",
+        ("expected valid JSON in context/dup.json", 'expected unique keys, received "id" twice'),
+        stage="resolve",
+        files={"instructions/context/dup.json": '[{"id": "a", "id": "b"}]'},
+    ),
+    Broken(
         "allow-list-context-is-not-a-list",
         "    file: context/workstreams.yaml\n",
         "    value: {billing-migration: Move billing}\n",

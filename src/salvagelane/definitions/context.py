@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from salvagelane.core.strict import Unparsable, parse_item
 from salvagelane.definitions.model import Instruction
 from salvagelane.definitions.problems import PathParts, fail, received
 from salvagelane.definitions.yaml_source import MAX_NODES, YamlProblem, parse_yaml, read_text
@@ -59,12 +60,12 @@ def _context_file(instruction: Instruction, name: str, file: Path) -> Any:
     except ValueError as exc:
         raise fail(instruction, where, f"expected a context file, got {shown}: {exc}") from exc
     if file.suffix.lower() == ".json":
-        try:
-            return json.loads(
-                text, object_pairs_hook=_unique_json_object, parse_constant=_no_constant
-            )
-        except ValueError as exc:
-            raise fail(instruction, where, f"expected valid JSON in {shown}, got: {exc}") from exc
+        # The same strict parse as model output: context data is a producer too.
+        parsed = parse_item(text)
+        if isinstance(parsed, Unparsable):
+            problem = parsed.signal.message("malformed")
+            raise fail(instruction, where, f"expected valid JSON in {shown}, got: {problem}")
+        return parsed.value
     try:
         value, _ = parse_yaml(text)
     except YamlProblem as exc:
@@ -73,19 +74,6 @@ def _context_file(instruction: Instruction, name: str, file: Path) -> Any:
             instruction, where, f"expected valid context data in {shown}{at}: {exc.describe()}"
         ) from exc
     return value
-
-
-def _unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {json.dumps(key)}")
-        result[key] = value
-    return result
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _context_call(instruction: Instruction, name: str, target: str, args: Mapping[str, Any]) -> Any:
