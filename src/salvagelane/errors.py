@@ -44,3 +44,35 @@ class ItemsPathError(ConfigurationError):
 
 class InputError(SalvagelaneError):
     """Raw input could not be read at all (not: could not be salvaged)."""
+
+
+class ConnectorError(SalvagelaneError):
+    """An LLM call could not be made: a missing API key, an unusable fixture, a bad setting.
+
+    Messages name environment variables, never their values.
+    """
+
+
+class ProviderError(ConnectorError):
+    """The provider did not answer with a usable completion.
+
+    ``status`` is the HTTP status (None when no response arrived, or for an error
+    reported inside an HTTP 200 body it is 200), ``code`` the provider's native error
+    code when it gave one, ``retryable`` whether asking again may help, and
+    ``retry_after`` the wait in seconds the provider asked for, if any.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.retryable = retryable
+        self.retry_after = retry_after

@@ -1,0 +1,15 @@
+"""LLM connectors: one small module per wire format, behind :class:`Connector`."""
+
+from __future__ import annotations
+
+from salvagelane.connectors.base import Completion, CompletionRequest, Connector
+from salvagelane.connectors.openai_compatible import OpenAICompatibleConnector
+from salvagelane.connectors.replay import ReplayConnector
+
+__all__ = [
+    "Completion",
+    "CompletionRequest",
+    "Connector",
+    "OpenAICompatibleConnector",
+    "ReplayConnector",
+]

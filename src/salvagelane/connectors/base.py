@@ -1,0 +1,49 @@
+"""The connector interface: a request in, a completion out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from salvagelane.core.finish import FinishReason
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CompletionRequest:
+    """One prompt as sent. ``response_schema`` is the JSON Schema of the report, sent as a
+    native structured-output hint when the connector is configured to."""
+
+    system: str
+    user: str
+    max_output_tokens: int
+    temperature: float
+    response_schema: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Completion:
+    """What the model said, and how the call went.
+
+    ``finish_reason`` is canonical (UNKNOWN when the provider reported none);
+    ``native_finish_reason`` is the provider's own value, as sent. ``usage`` holds
+    ``prompt_tokens`` and ``completion_tokens`` (None when not reported).
+    ``latency_seconds`` is the duration of the attempt that answered; ``attempts``
+    counts every attempt made. ``http_status`` is None for a replayed completion.
+    """
+
+    text: str
+    finish_reason: FinishReason
+    native_finish_reason: str | None
+    usage: Mapping[str, int | None]
+    model: str | None
+    request_id: str | None
+    latency_seconds: float
+    http_status: int | None
+    attempts: int = 1
+
+
+class Connector(Protocol):
+    """Anything that turns a request into a completion, raising ConnectorError otherwise."""
+
+    def complete(self, request: CompletionRequest) -> Completion: ...
