@@ -50,8 +50,8 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
     finish = canonical_finish_reason(finish_reason)
     finish_text = None if finish is None else str(finish)
     limits = policy.guardrails
-    size = utf8_size(raw, limits.max_bytes)
-    if size > limits.max_bytes:
+    size = bytes_over_cap(raw, limits.max_bytes)
+    if size is not None:
         return _oversize(raw, size, limits, finish_text)
 
     scanned = scan(raw, policy.items_path)
@@ -89,11 +89,19 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
     )
 
 
-def utf8_size(raw: str, cap: int) -> int:
-    """UTF-8 size of ``raw``, computed exactly only when the bounds cannot decide."""
-    if len(raw) > cap or len(raw) * 4 <= cap:
-        return len(raw) if len(raw) > cap else len(raw.encode("utf-8", "surrogatepass"))
-    return len(raw.encode("utf-8", "surrogatepass"))
+def bytes_over_cap(raw: str, cap: int) -> int | None:
+    """The UTF-8 size of ``raw`` if it exceeds ``cap``, else None.
+
+    Encodes only when the character count cannot decide: every character is
+    one to four bytes. Past the cap by characters alone, the count is returned
+    as a lower bound.
+    """
+    if len(raw) > cap:
+        return len(raw)
+    if len(raw) * 4 <= cap:
+        return None
+    size = len(raw.encode("utf-8", "surrogatepass"))
+    return size if size > cap else None
 
 
 def sha256_of(text: str) -> str:

@@ -99,11 +99,11 @@ def parse_item(text: str, *, offset: int = 0) -> Parsed | Unparsable:
     try:
         value = _DECODER.decode(text)
     except _DuplicateKey as exc:
-        return _unparsable("duplicate_key", "$", "unique keys", f"{_describe(exc.key)} twice")
+        return _unparsable("duplicate_key", "$", "unique keys", f"{describe(exc.key)} twice")
     except _NonFiniteConstant as exc:
         return _unparsable("non_finite", "$", "a finite JSON number", exc.name)
     except json.JSONDecodeError as exc:
-        received = _describe(text[exc.pos : exc.pos + 24]) if exc.pos < len(text) else "end of item"
+        received = describe(text[exc.pos : exc.pos + 24]) if exc.pos < len(text) else "end of item"
         expected = _EXPECTED_BY_MESSAGE.get(exc.msg, exc.msg)
         return _unparsable(
             "syntax", "$", expected, received, detail=f"at offset {offset + exc.pos}"
@@ -129,7 +129,7 @@ def _find_forbidden(value: JSONValue) -> CorrectionSignal | None:
         path, node = stack.pop()
         if isinstance(node, dict):
             for key, child in node.items():
-                child_path = _member_path(path, key)
+                child_path = member_path(path, key)
                 bad = _bad_string(child_path, key, "key")
                 if bad is not None:
                     return bad
@@ -261,20 +261,16 @@ def validate_iteratively(text: str) -> bool:
         expect = _COMMA_OR_CLOSE if stack else _END
 
 
-def _member_path(path: str, key: str) -> str:
+def member_path(path: str, key: str) -> str:
     if key.isidentifier():
         return f"{path}.{key}"
     return f"{path}[{json.dumps(key)}]"
 
 
-def _describe(value: JSONValue, limit: int = 60) -> str:
+def describe(value: JSONValue, limit: int = 60) -> str:
     """A short, JSON-encoded rendering of a received value for correction signals."""
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-describe = _describe
-member_path = _member_path
