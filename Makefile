@@ -16,12 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/salvagelane salvage \
-	  --schema schemas/daily-triage-item.schema.json \
-	  --items recommendations --max-items 7 --rank-key rank \
-	  --allow candidate=$(FIXTURE)/workstreams.txt \
-	  --finish-reason length --summary \
-	  $(FIXTURE)/raw.txt
+	$(BIN)/salvagelane run daily-triage --replay $(FIXTURE)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -76,3 +76,24 @@ class ProviderError(ConnectorError):
         self.code = code
         self.retryable = retryable
         self.retry_after = retry_after
+
+
+class StoreError(SalvagelaneError):
+    """The database could not be opened, migrated, read or written.
+
+    Messages name the database (with any password masked) and the operation.
+    """
+
+
+class NotFoundError(SalvagelaneError):
+    """A run, attempt or quarantined item id that the database does not hold."""
+
+
+class SinkError(SalvagelaneError):
+    """A report sink could not deliver the report. ``target`` names where it was going
+    (a path, URL or callable, never a secret)."""
+
+    def __init__(self, message: str, *, target: str, retryable: bool = False):
+        super().__init__(message)
+        self.target = target
+        self.retryable = retryable

@@ -7,137 +7,28 @@ no test sleeps for real (except the timeout test, which waits for one short read
 from __future__ import annotations
 
 import json
-import threading
-import time
-from collections import deque
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-
-from salvagelane.connectors import (
-    CompletionRequest,
-    OpenAICompatibleConnector,
-    ReplayConnector,
+from _provider_server import (  # the fixtures are used by name
+    KEY_ENV,
+    REQUEST,
+    SECRET,
+    FakeClock,
+    Scripted,
+    ScriptedServer,
+    client,
+    clock,
+    server,
 )
+
+from salvagelane.connectors import OpenAICompatibleConnector, ReplayConnector
 from salvagelane.core.finish import FinishReason
 from salvagelane.errors import ConnectorError, ProviderError
 
-KEY_ENV = "SALVAGELANE_TEST_API_KEY"
-SECRET = "sk-test-9f8e7d6c5b4a-do-not-leak"
-
-REQUEST = CompletionRequest(
-    system="You triage workstreams.",
-    user="Rank today's work.",
-    max_output_tokens=256,
-    temperature=0.2,
-    response_schema={"type": "object", "properties": {"summary": {"type": "string"}}},
-)
-
-
-# --- the server --------------------------------------------------------------------------------
-
-
-@dataclass
-class Scripted:
-    status: int = 200
-    body: bytes | dict[str, Any] = b""
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-
-
-@dataclass
-class Recorded:
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-
-
-class ScriptedServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.script: deque[Scripted] = deque()
-        self.requests: list[Recorded] = []
-
-    @property
-    def base_url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that gave up (the timeout test) is expected; stay quiet."""
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: ScriptedServer
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length", "0"))
-        raw = self.rfile.read(length)
-        self.server.requests.append(
-            Recorded(
-                path=self.path,
-                headers={k.lower(): v for k, v in self.headers.items()},
-                body=json.loads(raw),
-            )
-        )
-        reply = self.server.script.popleft() if self.server.script else Scripted(status=599)
-        if reply.delay:
-            time.sleep(reply.delay)
-        body = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
-        self.send_response(reply.status)
-        for name, value in reply.headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptedServer]:
-    srv = ScriptedServer()
-    thread = threading.Thread(target=srv.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join(timeout=5)
-
-
-@pytest.fixture
-def client() -> Iterator[httpx.Client]:
-    with httpx.Client() as http:
-        yield http
-
-
-class FakeClock:
-    """A monotonic clock that only moves when the connector sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+__all__ = ["client", "clock", "server"]
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from salvagelane.definitions import (
     ConnectorKind,
     Instruction,
     RetryOn,
+    SinkKind,
     cron_problem,
     load_instruction,
     load_instructions,
@@ -407,6 +408,41 @@ BROKEN = [
         stage="render",
     ),
     Broken(
+        "anthropic-version-on-openai",
+        "  structured_output: false\n",
+        '  structured_output: false\n  anthropic_version: "2023-06-01"\n',
+        "connector.anthropic_version",
+        ("only a connector of kind anthropic",),
+    ),
+    Broken(
+        "stream-not-boolean",
+        "  structured_output: false\n",
+        "  structured_output: false\n  stream: sometimes\n",
+        "connector.stream",
+        ('got "sometimes"',),
+    ),
+    Broken(
+        "sink-without-its-target",
+        "\nretry:",
+        "\nsinks:\n  - kind: webhook\nretry:",
+        "sinks[0].url",
+        ("(required field), got nothing",),
+    ),
+    Broken(
+        "sink-with-another-kinds-field",
+        "\nretry:",
+        "\nsinks:\n  - kind: json_file\n    path: out.json\n    url: https://x.test/\nretry:",
+        "sinks[0].url",
+        ("only a webhook sink posts to a url",),
+    ),
+    Broken(
+        "token-budget-factor-too-large",
+        "  attempts: 2\n",
+        "  attempts: 2\n  length_budget_factor: 20\n",
+        "retry.length_budget_factor",
+        ("expected a number from 1 to 8, got 20",),
+    ),
+    Broken(
         "sandbox-refuses-dunder-access",
         "Today is {{ today }}.",
         "Today is {{ today.__class__.__mro__ }}.",
@@ -449,6 +485,46 @@ def test_broken_definition_names_file_path_and_expectation(
     assert case.path in caught.value.paths
     assert caught.value.source == str(definition)
     assert isinstance(caught.value, ConfigurationError)
+
+
+def test_sinks_stream_and_token_budget_load_into_the_model(project: Path) -> None:
+    definition = project / "instructions" / "daily-triage.yaml"
+    edit(definition, "  structured_output: false\n", "  structured_output: false\n  stream: true\n")
+    edit(
+        definition,
+        "  attempts: 2\n",
+        "  attempts: 3\n  length_budget_factor: 1.5\n  max_output_tokens_ceiling: 9000\n",
+    )
+    edit(
+        definition,
+        "\nretry:",
+        "\nsinks:\n"
+        "  - kind: json_file\n    path: reports/{instruction}-{run_id}.json\n"
+        "  - kind: webhook\n    url: https://hooks.example.com/triage\n"
+        "    token_env: TRIAGE_HOOK_TOKEN\n    timeout_seconds: 5\n"
+        "  - kind: callable\n    callable: mypkg.reports:publish\n"
+        "retry:",
+    )
+    instruction = load_instruction(definition)
+    assert instruction.connector.stream is True
+    assert instruction.connector.anthropic_version is None
+    assert (instruction.retry.attempts, instruction.retry.length_budget_factor) == (3, 1.5)
+    assert instruction.retry.max_output_tokens_ceiling == 9000
+    kinds = [sink.kind for sink in instruction.sinks]
+    assert kinds == [SinkKind.JSON_FILE, SinkKind.WEBHOOK, SinkKind.CALLABLE]
+    file_sink, webhook, call = instruction.sinks
+    assert file_sink.path == definition.parent / "reports/{instruction}-{run_id}.json"
+    assert (webhook.url, webhook.token_env, webhook.timeout_seconds) == (
+        "https://hooks.example.com/triage",
+        "TRIAGE_HOOK_TOKEN",
+        5.0,
+    )
+    assert call.callable == "mypkg.reports:publish"
+    assert [sink.target for sink in instruction.sinks] == [
+        str(file_sink.path),
+        "https://hooks.example.com/triage",
+        "mypkg.reports:publish",
+    ]
 
 
 def test_several_problems_are_reported_together_in_document_order(project: Path) -> None:

@@ -30,6 +30,9 @@ class Completion:
     ``prompt_tokens`` and ``completion_tokens`` (None when not reported).
     ``latency_seconds`` is the duration of the attempt that answered; ``attempts``
     counts every attempt made. ``http_status`` is None for a replayed completion.
+    ``stream_error`` says how a streamed answer broke off (connection dropped, timeout,
+    deadline, size cap, an error event); the text is then what arrived before the break,
+    ``finish_reason`` is ERROR, and the call was not retried.
     """
 
     text: str
@@ -41,6 +44,7 @@ class Completion:
     latency_seconds: float
     http_status: int | None
     attempts: int = 1
+    stream_error: str | None = None
 
 
 class Connector(Protocol):

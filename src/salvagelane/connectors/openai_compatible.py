@@ -1,49 +1,47 @@
 """OpenAI-compatible chat completions (OpenAI, OpenRouter, vLLM, Ollama, llama.cpp).
 
-One POST to ``{base_url}/chat/completions`` per attempt. Retries (tenacity, exponential
-backoff with jitter) cover connection errors, timeouts, 408, 409, 429 and 5xx, and honour
-``retry-after-ms`` / ``retry-after``; 400, 401, 403, 404, 422 and quota-exhausted answers
-are never retried. An overall deadline bounds the whole call, waits included. The body is
-streamed and reading stops past ``max_response_bytes``.
+One POST to ``{base_url}/chat/completions`` per attempt, the key in ``Authorization:
+Bearer``. Retries, the overall deadline, the body cap and key scrubbing come from
+:mod:`salvagelane.connectors.http`. OpenRouter reports upstream failures inside an HTTP
+200 body (an ``error`` object, or ``finish_reason: "error"``); both become ProviderErrors,
+retryable when the upstream code is.
 
-The API key is read through ``key_lookup`` at call time, sent only in the
-``Authorization`` header, and scrubbed from every message this module builds.
+With ``stream=True`` the request carries ``stream: true`` and
+``stream_options: {"include_usage": true}``; chunks carry ``choices[0].delta.content``,
+the last choice chunk the ``finish_reason``, an optional final chunk the ``usage``, and
+``data: [DONE]`` ends the stream.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import time
-from collections.abc import Callable, Mapping
-from email.utils import parsedate_to_datetime
+from collections.abc import Callable
 from typing import Any
 
 import httpx
-import tenacity
 
 from salvagelane import environment
 from salvagelane.connectors.base import Completion, CompletionRequest
+from salvagelane.connectors.http import (
+    HttpConnector,
+    HttpSettings,
+    StreamState,
+    error_in_body,
+    int_or_none,
+    preview,
+    retryable_status,
+    str_or_none,
+)
+from salvagelane.connectors.sse import ServerSentEvent
 from salvagelane.core.finish import FinishReason, canonical_finish_reason
-from salvagelane.errors import ConnectorError, ProviderError
-
-RETRYABLE_STATUSES = frozenset({408, 409, 429})
-_QUOTA_CODES = frozenset({"insufficient_quota", "quota_exceeded", "billing_hard_limit_reached"})
-_PREVIEW_CHARS = 200
-_REDACTED = "[REDACTED]"
+from salvagelane.errors import ProviderError
 
 
-class _DeadlineExceeded(Exception):
-    """Raised by the sleep hook when waiting would cross the overall deadline."""
-
-    def __init__(self, wait: float, last: BaseException | None):
-        super().__init__(wait)
-        self.wait = wait
-        self.last = last
-
-
-class OpenAICompatibleConnector:
+class OpenAICompatibleConnector(HttpConnector):
     """A chat-completions endpoint. ``clock`` and ``sleep`` are injectable for tests."""
+
+    request_id_header = "x-request-id"
 
     def __init__(
         self,
@@ -54,6 +52,7 @@ class OpenAICompatibleConnector:
         api_key_env: str | None,
         max_tokens_field: str = "max_tokens",
         structured_output: bool = False,
+        stream: bool = False,
         timeout_seconds: float = 60.0,
         deadline_seconds: float = 300.0,
         max_response_bytes: int = 4 * 1024 * 1024,
@@ -64,105 +63,32 @@ class OpenAICompatibleConnector:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ):
-        if timeout_seconds <= 0 or deadline_seconds <= 0:
-            raise ConnectorError("timeout_seconds and deadline_seconds must be positive")
-        if max_response_bytes <= 0 or max_attempts < 1:
-            raise ConnectorError("max_response_bytes and max_attempts must be positive")
-        self._client = client
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.api_key_env = api_key_env
-        self.max_tokens_field = max_tokens_field
-        self.structured_output = structured_output
-        self.timeout_seconds = timeout_seconds
-        self.deadline_seconds = deadline_seconds
-        self.max_response_bytes = max_response_bytes
-        self.max_attempts = max_attempts
-        self._backoff = tenacity.wait_exponential(
-            multiplier=backoff_seconds, max=max_backoff_seconds
-        ) + tenacity.wait_random(0, backoff_seconds)
-        self._key_lookup = key_lookup
-        self._clock = clock
-        self._sleep = sleep
-
-    def __repr__(self) -> str:
-        return (
-            f"OpenAICompatibleConnector(base_url={self.base_url!r}, model={self.model!r}, "
-            f"api_key_env={self.api_key_env!r})"
+        super().__init__(
+            client,
+            base_url=base_url,
+            model=model,
+            api_key_env=api_key_env,
+            structured_output=structured_output,
+            stream=stream,
+            settings=HttpSettings(
+                timeout_seconds=timeout_seconds,
+                deadline_seconds=deadline_seconds,
+                max_response_bytes=max_response_bytes,
+                max_attempts=max_attempts,
+                backoff_seconds=backoff_seconds,
+                max_backoff_seconds=max_backoff_seconds,
+            ),
+            key_lookup=key_lookup,
+            clock=clock,
+            sleep=sleep,
         )
+        self.max_tokens_field = max_tokens_field
 
     @property
     def url(self) -> str:
         return f"{self.base_url}/chat/completions"
 
-    # --- the call ----------------------------------------------------------------------------
-
-    def complete(self, request: CompletionRequest) -> Completion:
-        key = self._key_lookup(self.api_key_env) if self.api_key_env else None
-        body = self.request_body(request)
-        deadline_at = self._clock() + self.deadline_seconds
-        attempts = 0
-        last: list[BaseException] = []
-
-        def attempt() -> Completion:
-            nonlocal attempts
-            attempts += 1
-            try:
-                return self._attempt(body, key, deadline_at)
-            except BaseException as exc:
-                last[:] = [exc]
-                raise
-
-        def sleep(seconds: float) -> None:
-            if self._clock() + seconds >= deadline_at:
-                raise _DeadlineExceeded(seconds, last[0] if last else None)
-            self._sleep(seconds)
-
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.max_attempts),
-            wait=self._wait,
-            retry=tenacity.retry_if_exception(_is_retryable),
-            sleep=sleep,
-            reraise=True,
-        )
-        try:
-            completion = retrying(attempt)
-        except _DeadlineExceeded as exc:
-            cause = exc.last
-            status = cause.status if isinstance(cause, ProviderError) else None
-            code = cause.code if isinstance(cause, ProviderError) else None
-            raise ProviderError(
-                f"{self.url}: gave up after {attempts} attempt(s): the next wait of "
-                f"{exc.wait:.3g} s would cross the {self.deadline_seconds:g} s deadline; "
-                f"last error: {cause}",
-                status=status,
-                code=code,
-                retryable=True,
-            ) from cause
-        except ProviderError as exc:
-            if exc.retryable and attempts > 1:
-                raise ProviderError(
-                    f"{exc} (gave up after {attempts} attempts)",
-                    status=exc.status,
-                    code=exc.code,
-                    retryable=True,
-                    retry_after=exc.retry_after,
-                ) from exc
-            raise
-        return Completion(
-            text=completion.text,
-            finish_reason=completion.finish_reason,
-            native_finish_reason=completion.native_finish_reason,
-            usage=completion.usage,
-            model=completion.model,
-            request_id=completion.request_id,
-            latency_seconds=completion.latency_seconds,
-            http_status=completion.http_status,
-            attempts=attempts,
-        )
-
     def request_body(self, request: CompletionRequest) -> dict[str, Any]:
-        """The JSON body sent for ``request`` (no secrets: the key goes in a header)."""
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [
@@ -177,87 +103,26 @@ class OpenAICompatibleConnector:
                 "type": "json_schema",
                 "json_schema": {"name": "report", "schema": dict(request.response_schema)},
             }
+        if self.stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
         return body
 
-    def _wait(self, retry_state: tenacity.RetryCallState) -> float:
-        outcome = retry_state.outcome
-        exc = outcome.exception() if outcome is not None else None
-        if isinstance(exc, ProviderError) and exc.retry_after is not None:
-            return exc.retry_after
-        return float(self._backoff(retry_state))
-
-    def _attempt(self, body: dict[str, Any], key: str | None, deadline_at: float) -> Completion:
-        remaining = deadline_at - self._clock()
-        if remaining <= 0:
-            raise ProviderError(
-                f"{self.url}: the {self.deadline_seconds:g} s deadline passed", retryable=False
-            )
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    def headers(self, key: str | None) -> dict[str, str]:
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream" if self.stream else "application/json",
+        }
         if key is not None:
             headers["Authorization"] = f"Bearer {key}"
-        started = self._clock()
-        try:
-            with self._client.stream(
-                "POST",
-                self.url,
-                json=body,
-                headers=headers,
-                timeout=httpx.Timeout(min(self.timeout_seconds, remaining)),
-            ) as response:
-                raw = self._read_capped(response, deadline_at)
-        except httpx.TimeoutException as exc:
-            raise ProviderError(
-                f"{self.url}: timed out ({type(exc).__name__})", retryable=True
-            ) from None
-        except httpx.TransportError as exc:
-            message = _scrub(str(exc), key)
-            raise ProviderError(
-                f"{self.url}: connection failed ({type(exc).__name__}: {message})", retryable=True
-            ) from None
-        latency = self._clock() - started
-        return self._parse(response, raw, key, latency)
-
-    def _read_capped(self, response: httpx.Response, deadline_at: float) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        for chunk in response.iter_bytes():
-            size += len(chunk)
-            if size > self.max_response_bytes:
-                raise ProviderError(
-                    f"{self.url}: HTTP {response.status_code}: response body exceeds "
-                    f"{self.max_response_bytes} bytes; stopped reading",
-                    status=response.status_code,
-                    retryable=False,
-                )
-            chunks.append(chunk)
-            if self._clock() > deadline_at:
-                raise ProviderError(
-                    f"{self.url}: the {self.deadline_seconds:g} s deadline passed while reading",
-                    status=response.status_code,
-                    retryable=False,
-                )
-        return b"".join(chunks)
+        return headers
 
     # --- the answer --------------------------------------------------------------------------
 
-    def _parse(
-        self, response: httpx.Response, raw: bytes, key: str | None, latency: float
+    def parse(
+        self, response: httpx.Response, data: dict[str, Any], key: str | None, latency: float
     ) -> Completion:
         status = response.status_code
-        text = raw.decode("utf-8", errors="replace")
-        try:
-            data: Any = json.loads(text)
-        except json.JSONDecodeError:
-            data = None
-        if not 200 <= status < 300:
-            raise self._http_error(response, data, text, key)
-        if not isinstance(data, dict):
-            what = "is not JSON" if data is None else "is not a JSON object"
-            raise ProviderError(
-                f"{self.url}: HTTP {status}: response body {what}: {_preview(text, key)}",
-                status=status,
-                retryable=False,
-            )
         error = data.get("error")
         if error is not None:
             # OpenRouter reports upstream failures with HTTP 200 and an error object.
@@ -266,13 +131,13 @@ class OpenAICompatibleConnector:
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise ProviderError(
                 f"{self.url}: HTTP {status}: expected a non-empty choices array: "
-                f"{_preview(text, key)}",
+                f"{preview(json.dumps(data), key)}",
                 status=status,
                 retryable=False,
             )
         choice: dict[str, Any] = choices[0]
-        reported = _str_or_none(choice.get("finish_reason"))
-        native = _str_or_none(choice.get("native_finish_reason"))
+        reported = str_or_none(choice.get("finish_reason"))
+        native = str_or_none(choice.get("native_finish_reason"))
         canonical = canonical_finish_reason(reported if reported is not None else native)
         if canonical is FinishReason.ERROR or choice.get("error") is not None:
             raise _error_object(
@@ -283,81 +148,65 @@ class OpenAICompatibleConnector:
             finish_reason=canonical if canonical is not None else FinishReason.UNKNOWN,
             native_finish_reason=native if native is not None else reported,
             usage=_usage(data.get("usage")),
-            model=_str_or_none(data.get("model")) or self.model,
-            request_id=_str_or_none(data.get("id")) or response.headers.get("x-request-id"),
+            model=str_or_none(data.get("model")) or self.model,
+            request_id=str_or_none(data.get("id")) or response.headers.get("x-request-id"),
             latency_seconds=latency,
             http_status=status,
         )
 
-    def _http_error(
-        self, response: httpx.Response, data: Any, text: str, key: str | None
-    ) -> ProviderError:
-        status = response.status_code
-        code: str | None = None
-        detail = _preview(text, key)
-        error = data.get("error") if isinstance(data, dict) else None
-        if isinstance(error, dict):
-            code = _code(error)
-            if isinstance(error.get("message"), str):
-                detail = _scrub(error["message"], key)[:_PREVIEW_CHARS]
-        retryable = (status in RETRYABLE_STATUSES or status >= 500) and code not in _QUOTA_CODES
-        return ProviderError(
-            f"{self.url}: HTTP {status}" + (f" ({code})" if code else "") + f": {detail}",
-            status=status,
-            code=code,
-            retryable=retryable,
-            retry_after=_retry_after(response.headers) if retryable else None,
-        )
-
-
-def _is_retryable(exc: BaseException) -> bool:
-    return isinstance(exc, ProviderError) and exc.retryable
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or HTTP date)."""
-    value = headers.get("retry-after-ms")
-    if value is not None:
+    def on_event(self, state: StreamState, event: ServerSentEvent, key: str | None) -> None:
+        if event.data.strip() == "[DONE]":
+            state.done = True
+            return
         try:
-            ms = float(value)
-        except ValueError:
-            ms = math.nan
-        if math.isfinite(ms) and ms >= 0:
-            return ms / 1000
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            seconds = parsedate_to_datetime(value).timestamp() - time.time()
-        except (TypeError, ValueError, IndexError):
-            return None
-    return max(seconds, 0.0) if math.isfinite(seconds) else None
+            chunk: Any = json.loads(event.data)
+        except json.JSONDecodeError:
+            chunk = None
+        if not isinstance(chunk, dict):
+            raise ProviderError(
+                f"{self.url}: HTTP 200: stream chunk is not a JSON object: "
+                f"{preview(event.data, key)}",
+                status=200,
+                retryable=False,
+            )
+        state.request_id = str_or_none(chunk.get("id")) or state.request_id
+        state.model = str_or_none(chunk.get("model")) or state.model
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            state.prompt_tokens = int_or_none(usage.get("prompt_tokens"))
+            state.completion_tokens = int_or_none(usage.get("completion_tokens"))
+        choices = chunk.get("choices")
+        choice: dict[str, Any] = {}
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            choice = choices[0]
+            delta = choice.get("delta")
+            if isinstance(delta, dict) and isinstance(delta.get("content"), str):
+                state.parts.append(delta["content"])
+            reported = str_or_none(choice.get("finish_reason"))
+            native = str_or_none(choice.get("native_finish_reason"))
+            if native is not None or reported is not None:
+                state.native_finish_reason = native if native is not None else reported
+            if canonical_finish_reason(reported) is FinishReason.ERROR:
+                raise _error_object(
+                    self.url,
+                    200,
+                    choice.get("error") or chunk.get("error") or {},
+                    key,
+                    "finish_reason error in the stream",
+                )
+        if chunk.get("error") is not None:
+            # OpenRouter: an upstream failure mid-stream arrives as a chunk with an error.
+            raise _error_object(self.url, 200, chunk["error"], key, "error in the stream")
 
 
 def _error_object(url: str, status: int, error: Any, key: str | None, what: str) -> ProviderError:
-    code = _code(error) if isinstance(error, dict) else None
-    message = error.get("message") if isinstance(error, dict) else error
-    detail = _scrub(str(message), key)[:_PREVIEW_CHARS] if message else "no message"
-    retryable = False
-    if code is not None and code.isdigit():
-        native = int(code)
-        retryable = native in RETRYABLE_STATUSES or native >= 500
-    return ProviderError(
-        f"{url}: HTTP {status}: {what}" + (f" ({code})" if code else "") + f": {detail}",
-        status=status,
-        code=code,
-        retryable=retryable,
-    )
+    return error_in_body(url, status, error, key, what, retryable=_upstream_status_retryable)
 
 
-def _code(error: Mapping[str, Any]) -> str | None:
-    code = error.get("code")
-    if code is None:
-        code = error.get("type")
-    return None if code is None else str(code)
+def _upstream_status_retryable(code: str | None) -> bool:
+    # OpenRouter's code is the upstream HTTP status: a 502 in the body is as transient as
+    # one in the status line.
+    return code is not None and code.isdigit() and retryable_status(int(code))
 
 
 def _content(message: Any) -> str:
@@ -377,24 +226,9 @@ def _content(message: Any) -> str:
 
 def _usage(usage: Any) -> dict[str, int | None]:
     def count(name: str) -> int | None:
-        value = usage.get(name) if isinstance(usage, dict) else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return int_or_none(usage.get(name)) if isinstance(usage, dict) else None
 
     return {
         "prompt_tokens": count("prompt_tokens"),
         "completion_tokens": count("completion_tokens"),
     }
-
-
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _scrub(text: str, key: str | None) -> str:
-    return text.replace(key, _REDACTED) if key else text
-
-
-def _preview(text: str, key: str | None) -> str:
-    text = _scrub(text, key)
-    short = text[:_PREVIEW_CHARS] + ("…" if len(text) > _PREVIEW_CHARS else "")
-    return repr(short) if short else "(empty body)"

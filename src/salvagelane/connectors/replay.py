@@ -1,4 +1,4 @@
-"""Answers from a recorded fixture directory: ``raw.txt`` plus ``meta.json``."""
+"""Answers from a recorded fixture: ``raw.txt`` plus ``meta.json``, in a directory or not."""
 
 from __future__ import annotations
 
@@ -14,18 +14,24 @@ from salvagelane.errors import ConnectorError
 class ReplayConnector:
     """Replays a recorded completion; the request is ignored.
 
-    ``meta.json`` may hold ``finish_reason``, ``native_finish_reason``, ``usage``
-    (``prompt_tokens``, ``completion_tokens``) and ``model``.
+    ``fixture`` is a directory holding ``raw.txt`` and an optional ``meta.json``, or the
+    raw output file itself (what a definition's ``connector.fixture`` names), with an
+    optional ``meta.json`` beside it. ``meta.json`` may hold ``finish_reason``,
+    ``native_finish_reason``, ``usage`` (``prompt_tokens``, ``completion_tokens``) and
+    ``model``.
     """
 
-    def __init__(self, fixture_dir: Path | str):
-        self.fixture_dir = Path(fixture_dir)
+    def __init__(self, fixture: Path | str):
+        path = Path(fixture)
+        # A path that does not exist is taken as a directory, so the error names raw.txt.
+        self.raw_path = path if path.is_file() else path / "raw.txt"
+        self.fixture_dir = self.raw_path.parent
 
     def __repr__(self) -> str:
-        return f"ReplayConnector({str(self.fixture_dir)!r})"
+        return f"ReplayConnector({str(self.raw_path)!r})"
 
     def complete(self, request: CompletionRequest) -> Completion:
-        raw_path = self.fixture_dir / "raw.txt"
+        raw_path = self.raw_path
         meta_path = self.fixture_dir / "meta.json"
         try:
             text = raw_path.read_text(encoding="utf-8")

@@ -36,6 +36,8 @@ from salvagelane.definitions.model import (
     RetryOn,
     RetryPolicy,
     Schedule,
+    SinkKind,
+    SinkSpec,
 )
 from salvagelane.definitions.templates import UNCERTAINTY_SENTENCE, output_contract, render_prompt
 
@@ -53,6 +55,8 @@ __all__ = [
     "RetryOn",
     "RetryPolicy",
     "Schedule",
+    "SinkKind",
+    "SinkSpec",
     "check_instruction",
     "cron_problem",
     "definition_files",

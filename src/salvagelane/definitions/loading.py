@@ -28,6 +28,8 @@ from salvagelane.definitions.model import (
     RetryOn,
     RetryPolicy,
     Schedule,
+    SinkKind,
+    SinkSpec,
 )
 from salvagelane.definitions.problems import (
     PathParts,
@@ -197,6 +199,8 @@ def _build(
             api_key_env=connector_doc.get("api_key_env"),
             max_tokens_field=connector_doc.get("max_tokens_field"),
             fixture=fixture,
+            stream=connector_doc.get("stream", False),
+            anthropic_version=connector_doc.get("anthropic_version"),
         ),
         prompt=PromptTemplates(system=prompt_doc["system"], user=prompt_doc["user"]),
         output=OutputSpec(
@@ -219,10 +223,25 @@ def _build(
         retry=RetryPolicy(
             attempts=document["retry"]["attempts"],
             on=tuple(RetryOn(value) for value in document["retry"]["on"]),
+            length_budget_factor=float(document["retry"].get("length_budget_factor", 2.0)),
+            max_output_tokens_ceiling=document["retry"].get("max_output_tokens_ceiling"),
         ),
+        sinks=tuple(_sink(entry, base) for entry in document.get("sinks", ())),
         source=path,
         definition=MappingProxyType(dict(document)),
         definition_sha256=hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
+    )
+
+
+def _sink(entry: Mapping[str, Any], base: Path) -> SinkSpec:
+    kind = SinkKind(entry["kind"])
+    return SinkSpec(
+        kind=kind,
+        path=base / entry["path"] if kind is SinkKind.JSON_FILE else None,
+        url=entry.get("url"),
+        token_env=entry.get("token_env"),
+        timeout_seconds=float(entry.get("timeout_seconds", 30.0)),
+        callable=entry.get("callable"),
     )
 
 

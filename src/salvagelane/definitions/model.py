@@ -21,6 +21,14 @@ class ConnectorKind(enum.StrEnum):
     REPLAY = "replay"
 
 
+class SinkKind(enum.StrEnum):
+    """Where a stored report is delivered."""
+
+    JSON_FILE = "json_file"
+    WEBHOOK = "webhook"
+    CALLABLE = "callable"
+
+
 class RetryOn(enum.StrEnum):
     """Outcomes of an attempt that may trigger another one."""
 
@@ -54,6 +62,8 @@ class Connector:
     api_key_env: str | None = None
     max_tokens_field: str | None = None
     fixture: Path | None = None
+    stream: bool = False
+    anthropic_version: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -120,6 +130,27 @@ class RetryPolicy:
 
     attempts: int
     on: tuple[RetryOn, ...]
+    length_budget_factor: float = 2.0
+    max_output_tokens_ceiling: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SinkSpec:
+    """One report sink: a JSON file (``path``, may hold ``{run_id}`` and ``{instruction}``),
+    a webhook (``url``, optional ``token_env`` naming the bearer token's variable) or a
+    callable (``callable`` as ``module:function``)."""
+
+    kind: SinkKind
+    path: Path | None = None
+    url: str | None = None
+    token_env: str | None = None
+    timeout_seconds: float = 30.0
+    callable: str | None = None
+
+    @property
+    def target(self) -> str:
+        """Where the sink delivers, for logs and the runs table (never a secret)."""
+        return str(self.path or self.url or self.callable)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -144,6 +175,7 @@ class Instruction:
     source: Path
     definition: Mapping[str, Any]
     definition_sha256: str
+    sinks: tuple[SinkSpec, ...] = ()
 
     def salvage_policy(self, allow_lists: Mapping[str, frozenset[str]]) -> SalvagePolicy:
         """The core's policy for this instruction, with allow-lists from

@@ -1,15 +1,15 @@
-"""The ``salvagelane`` command line."""
+"""``salvagelane salvage`` and ``salvagelane check``: the core, and definitions, offline."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
-from salvagelane import __version__
+from salvagelane.cli.app import EXIT_INVALID, cli
 from salvagelane.core import (
     Guardrails,
     SalvagePolicy,
@@ -20,21 +20,9 @@ from salvagelane.core import (
 from salvagelane.errors import (
     ConfigurationError,
     DefinitionError,
-    InputError,
     ItemsPathError,
-    SalvagelaneError,
 )
 from salvagelane.loading import load_allow_list, load_item_schema, read_raw
-
-EXIT_OK = 0
-EXIT_INVALID = 1
-EXIT_USAGE = 2
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="salvagelane")
-def cli() -> None:
-    """Salvage every intact item from broken LLM output; quarantine the rest."""
 
 
 def _parse_allow(values: tuple[str, ...]) -> dict[str, frozenset[str]]:
@@ -264,23 +252,3 @@ def render_summary(result: SalvageResult) -> str:
     if result.notes:
         lines.append("notes        " + "; ".join(result.notes))
     return "\n".join(lines)
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    click.echo(f"salvagelane: error: {message}", err=True)
-    sys.exit(code)
-
-
-def main(argv: list[str] | None = None) -> NoReturn:
-    """Console entry point: one-line errors, exit 2 for anything the user must fix."""
-    try:
-        code = cli.main(args=argv, prog_name="salvagelane", standalone_mode=False)
-    except click.exceptions.Abort:
-        _fail("aborted", 130)
-    except click.ClickException as exc:
-        _fail(exc.format_message().replace("\n", " "), EXIT_USAGE)
-    except (ConfigurationError, InputError) as exc:
-        _fail(str(exc), EXIT_USAGE)
-    except SalvagelaneError as exc:
-        _fail(str(exc), 1)
-    sys.exit(code if isinstance(code, int) else EXIT_OK)

@@ -1,0 +1,8 @@
+"""The ``salvagelane`` command line: one module per group of commands."""
+
+from __future__ import annotations
+
+from salvagelane.cli import db_commands, run_commands, salvage_commands
+from salvagelane.cli.app import cli, main
+
+__all__ = ["cli", "db_commands", "main", "run_commands", "salvage_commands"]

@@ -1,0 +1,184 @@
+"""Human renderings of runs for the terminal, and JSON renderings of store records."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from salvagelane.errors import NotFoundError
+from salvagelane.executor import RunOutcome
+
+_ITEM_WIDTH = 110
+_SNIPPET_WIDTH = 90
+
+
+def to_json(record: Any) -> Any:
+    """A store record (dataclass) as JSON-ready data; datetimes as ISO 8601."""
+    if dataclasses.is_dataclass(record) and not isinstance(record, type):
+        return {f.name: to_json(getattr(record, f.name)) for f in dataclasses.fields(record)}
+    if isinstance(record, datetime):
+        return record.isoformat()
+    if isinstance(record, Mapping):
+        return {str(k): to_json(v) for k, v in record.items()}
+    if isinstance(record, list | tuple):
+        return [to_json(v) for v in record]
+    return record
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S") if moment is not None else "-"
+
+
+def _by_reason(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{reason} {n}" for reason, n in counts.items())
+
+
+def _one_line(text: str, width: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def run_outcome(outcome: RunOutcome, database: str) -> str:
+    """The short summary ``salvagelane run`` prints."""
+    quarantined = outcome.quarantined_total
+    detail = f" ({_by_reason(outcome.quarantined)})" if quarantined else ""
+    lines = [
+        f"run          {outcome.run_id}  ({outcome.instruction_id})",
+        f"status       {outcome.status}",
+        f"kept         {outcome.kept} of {outcome.candidates} candidates",
+        f"quarantined  {quarantined}{detail}",
+    ]
+    if outcome.finish_reason is not None:
+        native = outcome.native_finish_reason
+        lines.append(
+            f"finish       {outcome.finish_reason}"
+            + (f" (provider: {native})" if native and native != outcome.finish_reason else "")
+        )
+    best = f", report from attempt {outcome.best_attempt}" if outcome.best_attempt else ""
+    lines.append(f"attempts     {outcome.attempts}{best}")
+    if outcome.error:
+        lines.append(f"error        {outcome.error}")
+    for delivery in outcome.deliveries:
+        state = "delivered" if delivery.ok else f"FAILED: {delivery.error}"
+        lines.append(f"sink         {delivery.kind} {delivery.target}: {state}")
+    lines.append(f"database     {database}")
+    lines.append(f"details      salvagelane runs show {outcome.run_id[:8]}")
+    return "\n".join(lines)
+
+
+def runs_table(runs: Sequence[Any]) -> str:
+    """``runs list``: one line per run."""
+    if not runs:
+        return "no runs stored yet (salvagelane run INSTRUCTION stores one)"
+    header = ("RUN", "CREATED (UTC)", "INSTRUCTION", "TRIGGER", "STATUS", "KEPT", "QUAR", "FINISH")
+    rows = [header]
+    for run in runs:
+        rows.append(
+            (
+                run.id[:8],
+                _when(run.created_at),
+                run.instruction_id,
+                run.trigger,
+                run.status + (" (sink failed)" if run.sink_status == "failed" else ""),
+                str(run.kept_count),
+                str(run.quarantined_count),
+                run.finish_reason or "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def run_detail(detail: Any) -> str:
+    """``runs show``: the run, its attempts, its report and its quarantine."""
+    lines = [
+        f"run          {detail.id}",
+        f"instruction  {detail.instruction_id}  (definition {detail.definition_sha256[:12]})",
+        f"trigger      {detail.trigger}"
+        + (f", scheduled for {_when(detail.scheduled_for)}" if detail.scheduled_for else ""),
+        f"status       {detail.status}",
+        f"started      {_when(detail.started_at)}",
+        f"finished     {_when(detail.finished_at)}",
+    ]
+    if detail.error:
+        lines.append(f"error        {detail.error}")
+    lines.append("")
+    lines.append(f"attempts ({len(detail.attempts)})")
+    for attempt in detail.attempts:
+        size = "no output" if attempt.raw_output is None else f"{len(attempt.raw_output)} chars"
+        finish = attempt.finish_reason or "-"
+        if attempt.native_finish_reason and attempt.native_finish_reason != finish:
+            finish += f" (provider: {attempt.native_finish_reason})"
+        if attempt.http_status is not None:
+            status = f"HTTP {attempt.http_status}"
+        else:
+            status = "no HTTP response" if attempt.provider_error else "replayed"
+        lines.append(
+            f"  #{attempt.number}  {size}, finish {finish}, {status}, model {attempt.model or '-'}"
+        )
+        for label, text in (
+            ("provider error", attempt.provider_error),
+            ("stream", attempt.stream_error),
+        ):
+            if text:
+                lines.append(f"      {label}: {_one_line(text, _ITEM_WIDTH)}")
+    report = detail.report
+    lines.append("")
+    if report is None:
+        lines.append("report       none stored")
+    else:
+        counts = report.counts
+        lines.append(
+            f"report       {report.status}: "
+            f"{counts.get('accepted', len(report.items))} of {counts.get('candidates', '?')} "
+            f"candidates kept; document {'valid' if report.document_valid else 'not valid'} JSON"
+            + ("; output truncated" if report.truncated else "")
+        )
+        for name, value in report.envelope.items():
+            lines.append(
+                f"  {name}: {_one_line(json.dumps(value, ensure_ascii=False), _ITEM_WIDTH)}"
+            )
+        lines.append(f"items ({len(report.items)})")
+        for item in report.items:
+            text = json.dumps(item.data, ensure_ascii=False, separators=(", ", ": "))
+            origin = "" if item.origin == "model" else f" [{item.origin}]"
+            lines.append(f"  {item.position + 1}. {_one_line(text, _ITEM_WIDTH)}{origin}")
+    lines.append("")
+    lines.append(f"quarantined ({len(detail.quarantined)})")
+    for item in detail.quarantined:
+        where = f"item {item.source_index}" if item.source_index is not None else "output"
+        message = item.error.get("message") if isinstance(item.error, Mapping) else None
+        lines.append(
+            f"  #{item.id} {where} of attempt {item.attempt_number}: {item.reason} "
+            f"[{item.review_status}]"
+        )
+        lines.append(f"      {_one_line(str(message or item.error), _ITEM_WIDTH)}")
+        lines.append(
+            f"      span {item.span_start}-{item.span_end}, sha256 {item.sha256[:12]}: "
+            f"{_one_line(item.snippet, _SNIPPET_WIDTH)!r}"
+        )
+    for delivery in detail.deliveries:
+        state = delivery.status + (f": {delivery.error}" if delivery.error else "")
+        lines.append(f"sink         {delivery.kind} {delivery.target}: {state}")
+    return "\n".join(lines)
+
+
+def raw_output(detail: Any, number: int) -> str:
+    """The raw output of attempt ``number``, exactly as stored."""
+    for attempt in detail.attempts:
+        if attempt.number == number:
+            if attempt.raw_output is None:
+                raise NotFoundError(
+                    f"run {detail.id}: attempt {number} has no output "
+                    f"(the call failed: {attempt.provider_error})"
+                )
+            return str(attempt.raw_output)
+    raise NotFoundError(
+        f"run {detail.id}: no attempt {number}; expected 1 to {len(detail.attempts)}"
+    )

@@ -1,0 +1,210 @@
+"""``salvagelane run`` and ``salvagelane runs``: run an instruction, look at stored runs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from salvagelane.cli import render
+from salvagelane.cli.app import EXIT_INVALID, cli
+from salvagelane.errors import DefinitionError, NotFoundError
+
+DATABASE_HELP = (
+    "Database URL (sqlite:///file.db or postgresql://...). "
+    "Default: $SALVAGELANE_DATABASE_URL, else sqlite:///salvagelane.db."
+)
+INSTRUCTIONS_HELP = "Directory of instruction definitions."
+
+database_option = click.option("--database", "database", metavar="URL", help=DATABASE_HELP)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+instructions_option = click.option(
+    "--instructions",
+    "instructions_dir",
+    default="instructions",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help=INSTRUCTIONS_HELP,
+)
+
+
+@contextmanager
+def open_store(database: str | None) -> Iterator[Any]:
+    """The store at ``database`` (or the environment's default), upgraded if new."""
+    from salvagelane import environment
+    from salvagelane.store import Store
+
+    with Store.open(environment.database_url(database)) as store:
+        yield store
+
+
+def find_instruction(reference: str, directory: Path) -> Any:
+    """The definition named by ``reference``: a path to a YAML file, or an id looked up in
+    ``directory`` (``<id>.yaml`` first, then every definition's ``id``)."""
+    from salvagelane.definitions import definition_files, load_instruction
+
+    as_path = Path(reference)
+    if as_path.suffix in {".yaml", ".yml"} and as_path.is_file():
+        return load_instruction(as_path)
+    for suffix in (".yaml", ".yml"):
+        candidate = directory / f"{reference}{suffix}"
+        if candidate.is_file():
+            instruction = load_instruction(candidate)
+            if instruction.id == reference:
+                return instruction
+    known: list[str] = []
+    broken = 0
+    for path in definition_files(directory):
+        try:
+            instruction = load_instruction(path)
+        except DefinitionError:
+            broken += 1
+            continue
+        if instruction.id == reference:
+            return instruction
+        known.append(instruction.id)
+    hint = f" ({broken} definition(s) could not be loaded: run salvagelane check)" if broken else ""
+    raise NotFoundError(
+        f"no instruction {reference!r} in {directory}/: expected one of "
+        f"{', '.join(sorted(known)) or 'none'}{hint}"
+    )
+
+
+@cli.command("run")
+@click.argument("instruction")
+@click.option(
+    "--replay",
+    type=click.Path(exists=True, path_type=Path),
+    help="Answer from a recorded fixture (a directory with raw.txt and meta.json) "
+    "instead of calling the provider.",
+)
+@instructions_option
+@database_option
+@json_option
+def run_command(
+    instruction: str,
+    replay: Path | None,
+    instructions_dir: Path,
+    database: str | None,
+    as_json: bool,
+) -> None:
+    """Run INSTRUCTION once (an id from the instructions directory, or a YAML file).
+
+    Renders the prompt, calls the model (or replays a fixture), stores the raw output,
+    salvages the report, retries as the definition allows, and stores the report and
+    the quarantine. Exit 0 when the run ended ok or partial, 1 when it failed.
+    """
+    import httpx
+
+    from salvagelane.connectors import build_connector
+    from salvagelane.executor import Executor, Trigger
+    from salvagelane.sinks import build_sinks
+
+    definition = find_instruction(instruction, instructions_dir)
+    with open_store(database) as store, httpx.Client() as client:
+        executor = Executor(
+            store,
+            connector_for=lambda spec: build_connector(
+                spec.connector,
+                client=client,
+                deadline_seconds=spec.schedule.deadline_seconds,
+                replay=replay,
+            ),
+            sinks_for=lambda spec: build_sinks(spec.sinks, client=client),
+        )
+        outcome = executor.run(definition, trigger=Trigger.REPLAY if replay else Trigger.MANUAL)
+        location = store.url
+    if as_json:
+        click.echo(json.dumps(outcome.to_json(), indent=2, ensure_ascii=False))
+    else:
+        click.echo(render.run_outcome(outcome, location))
+    if outcome.status == "failed":
+        raise click.exceptions.Exit(EXIT_INVALID)
+
+
+@cli.group("runs")
+def runs_group() -> None:
+    """Stored runs: list them, show one, deliver one again."""
+
+
+@runs_group.command("list")
+@click.option("--instruction", "instruction_id", metavar="ID", help="Only this instruction.")
+@click.option(
+    "--limit", default=20, show_default=True, type=click.IntRange(min=1), help="At most N runs."
+)
+@database_option
+@json_option
+def runs_list_command(
+    instruction_id: str | None, limit: int, database: str | None, as_json: bool
+) -> None:
+    """List stored runs, newest first."""
+    with open_store(database) as store:
+        runs = store.list_runs(instruction_id=instruction_id, limit=limit)
+    if as_json:
+        click.echo(json.dumps([render.to_json(run) for run in runs], indent=2, ensure_ascii=False))
+    else:
+        click.echo(render.runs_table(runs))
+
+
+@runs_group.command("show")
+@click.argument("run_id")
+@click.option(
+    "--raw",
+    "raw_attempt",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Print only the raw model output of attempt N, exactly as stored.",
+)
+@database_option
+@json_option
+def runs_show_command(
+    run_id: str, raw_attempt: int | None, database: str | None, as_json: bool
+) -> None:
+    """Show one run (RUN_ID or a unique prefix of at least 8 characters): its attempts,
+    report and quarantine."""
+    with open_store(database) as store:
+        detail = store.get_run(run_id)
+    if raw_attempt is not None:
+        click.echo(render.raw_output(detail, raw_attempt), nl=False)
+        return
+    if as_json:
+        click.echo(json.dumps(render.to_json(detail), indent=2, ensure_ascii=False))
+    else:
+        click.echo(render.run_detail(detail))
+
+
+@runs_group.command("redeliver")
+@click.argument("run_id")
+@instructions_option
+@database_option
+def runs_redeliver_command(run_id: str, instructions_dir: Path, database: str | None) -> None:
+    """Deliver a stored run's report to its instruction's sinks again (after a sink failed).
+
+    The stored report is read as it is; nothing is recomputed. Exit 1 if a sink fails again.
+    """
+    import httpx
+
+    from salvagelane.connectors import build_connector
+    from salvagelane.executor import Executor
+    from salvagelane.sinks import build_sinks
+
+    with open_store(database) as store, httpx.Client() as client:
+        detail = store.get_run(run_id)
+        definition = find_instruction(detail.instruction_id, instructions_dir)
+        if not definition.sinks:
+            raise click.UsageError(f"instruction {definition.id!r} defines no sinks")
+        executor = Executor(
+            store,
+            connector_for=lambda spec: build_connector(spec.connector, client=client),
+            sinks_for=lambda spec: build_sinks(spec.sinks, client=client),
+        )
+        deliveries = executor.redeliver(definition, detail.id)
+    for delivery in deliveries:
+        state = "delivered" if delivery.ok else f"failed: {delivery.error}"
+        click.echo(f"{delivery.kind:<10} {delivery.target}  {state}")
+    if not all(delivery.ok for delivery in deliveries):
+        raise click.exceptions.Exit(EXIT_INVALID)

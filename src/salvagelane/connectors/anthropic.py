@@ -1,0 +1,229 @@
+"""Anthropic Messages API.
+
+One POST to ``{base_url}/messages`` per attempt (``base_url`` like
+``https://api.anthropic.com/v1``), the key in ``x-api-key``, the API version in
+``anthropic-version``. The text is the concatenation of the ``text`` content blocks;
+``stop_reason`` maps to a canonical finish reason (``max_tokens`` -> length, ``refusal``
+-> content_filter, see :mod:`salvagelane.core.finish`). Errors arrive as
+``{"type": "error", "error": {"type": "overloaded_error", "message": ...}}``; 529
+(overloaded) is retried like 408, 409, 429 and every 5xx.
+
+Structured output: with ``structured_output`` the schema goes in
+``output_config.format`` as ``{"type": "json_schema", "schema": ...}``, the generally
+available form of Anthropic's JSON outputs (no beta header; it replaced the beta
+``output_format`` parameter), per https://platform.claude.com/docs/en/build-with-claude/structured-outputs.
+
+With ``stream=True`` the answer is read from the events ``message_start``,
+``content_block_delta`` (``text_delta``), ``message_delta`` (``stop_reason``, cumulative
+``usage``), ``message_stop``, ``ping`` and ``error``; unknown events are ignored, as the
+API's versioning policy asks.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from salvagelane import environment
+from salvagelane.connectors.base import Completion, CompletionRequest
+from salvagelane.connectors.http import (
+    HttpConnector,
+    HttpSettings,
+    StreamState,
+    error_in_body,
+    int_or_none,
+    preview,
+    str_or_none,
+)
+from salvagelane.connectors.sse import ServerSentEvent
+from salvagelane.core.finish import FinishReason, canonical_finish_reason
+from salvagelane.errors import ProviderError
+
+DEFAULT_BASE_URL = "https://api.anthropic.com/v1"
+DEFAULT_VERSION = "2023-06-01"
+
+# Error types that the API documents as transient (HTTP 429, 500, 504, 529): the ones an
+# error event inside a 200 stream may carry, where no status line says so.
+_RETRYABLE_ERROR_TYPES = frozenset(
+    {"rate_limit_error", "api_error", "timeout_error", "overloaded_error"}
+)
+
+
+class AnthropicConnector(HttpConnector):
+    """An Anthropic Messages endpoint. ``clock`` and ``sleep`` are injectable for tests."""
+
+    request_id_header = "request-id"
+
+    def __init__(
+        self,
+        client: httpx.Client,
+        *,
+        model: str,
+        api_key_env: str | None,
+        base_url: str = DEFAULT_BASE_URL,
+        anthropic_version: str = DEFAULT_VERSION,
+        structured_output: bool = False,
+        stream: bool = False,
+        timeout_seconds: float = 60.0,
+        deadline_seconds: float = 300.0,
+        max_response_bytes: int = 4 * 1024 * 1024,
+        max_attempts: int = 5,
+        backoff_seconds: float = 0.5,
+        max_backoff_seconds: float = 30.0,
+        key_lookup: Callable[[str], str] = environment.api_key,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        super().__init__(
+            client,
+            base_url=base_url,
+            model=model,
+            api_key_env=api_key_env,
+            structured_output=structured_output,
+            stream=stream,
+            settings=HttpSettings(
+                timeout_seconds=timeout_seconds,
+                deadline_seconds=deadline_seconds,
+                max_response_bytes=max_response_bytes,
+                max_attempts=max_attempts,
+                backoff_seconds=backoff_seconds,
+                max_backoff_seconds=max_backoff_seconds,
+            ),
+            key_lookup=key_lookup,
+            clock=clock,
+            sleep=sleep,
+        )
+        self.anthropic_version = anthropic_version
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/messages"
+
+    def request_body(self, request: CompletionRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "system": request.system,
+            "messages": [{"role": "user", "content": request.user}],
+            "max_tokens": request.max_output_tokens,
+            "temperature": request.temperature,
+        }
+        if self.structured_output and request.response_schema is not None:
+            body["output_config"] = {
+                "format": {"type": "json_schema", "schema": dict(request.response_schema)}
+            }
+        if self.stream:
+            body["stream"] = True
+        return body
+
+    def headers(self, key: str | None) -> dict[str, str]:
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream" if self.stream else "application/json",
+            "anthropic-version": self.anthropic_version,
+        }
+        if key is not None:
+            headers["x-api-key"] = key
+        return headers
+
+    # --- the answer --------------------------------------------------------------------------
+
+    def parse(
+        self, response: httpx.Response, data: dict[str, Any], key: str | None, latency: float
+    ) -> Completion:
+        status = response.status_code
+        if data.get("type") == "error" or "error" in data:
+            raise _error_object(self.url, status, data.get("error"), key, "error in a 2xx answer")
+        content = data.get("content")
+        if not isinstance(content, list):
+            raise ProviderError(
+                f"{self.url}: HTTP {status}: expected a content array: "
+                f"{preview(json.dumps(data), key)}",
+                status=status,
+                retryable=False,
+            )
+        native = str_or_none(data.get("stop_reason"))
+        canonical = canonical_finish_reason(native)
+        usage = data.get("usage")
+        return Completion(
+            text="".join(
+                block["text"]
+                for block in content
+                if isinstance(block, dict)
+                and block.get("type") == "text"
+                and isinstance(block.get("text"), str)
+            ),
+            finish_reason=canonical if canonical is not None else FinishReason.UNKNOWN,
+            native_finish_reason=native,
+            usage={
+                "prompt_tokens": int_or_none(usage.get("input_tokens"))
+                if isinstance(usage, dict)
+                else None,
+                "completion_tokens": int_or_none(usage.get("output_tokens"))
+                if isinstance(usage, dict)
+                else None,
+            },
+            model=str_or_none(data.get("model")) or self.model,
+            request_id=response.headers.get(self.request_id_header) or str_or_none(data.get("id")),
+            latency_seconds=latency,
+            http_status=status,
+        )
+
+    def on_event(self, state: StreamState, event: ServerSentEvent, key: str | None) -> None:
+        try:
+            data: Any = json.loads(event.data)
+        except json.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            raise ProviderError(
+                f"{self.url}: HTTP 200: {event.event} event data is not a JSON object: "
+                f"{preview(event.data, key)}",
+                status=200,
+                retryable=False,
+            )
+        kind = str_or_none(data.get("type")) or event.event
+        if kind == "message_start":
+            message = data.get("message")
+            if isinstance(message, dict):
+                state.request_id = state.request_id or str_or_none(message.get("id"))
+                state.model = str_or_none(message.get("model")) or state.model
+                _stream_usage(state, message.get("usage"))
+        elif kind == "content_block_delta":
+            delta = data.get("delta")
+            if (
+                isinstance(delta, dict)
+                and delta.get("type") == "text_delta"
+                and isinstance(delta.get("text"), str)
+            ):
+                state.parts.append(delta["text"])
+        elif kind == "message_delta":
+            delta = data.get("delta")
+            if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
+                state.native_finish_reason = delta["stop_reason"]
+            _stream_usage(state, data.get("usage"))
+        elif kind == "message_stop":
+            state.done = True
+        elif kind == "error":
+            raise _error_object(self.url, 200, data.get("error"), key, "error event in the stream")
+        # ping, content_block_start/stop and event types added later need nothing.
+
+
+def _stream_usage(state: StreamState, usage: Any) -> None:
+    """Usage in message_start and message_delta is cumulative: the latest count wins."""
+    if not isinstance(usage, dict):
+        return
+    prompt = int_or_none(usage.get("input_tokens"))
+    completion = int_or_none(usage.get("output_tokens"))
+    if prompt is not None:
+        state.prompt_tokens = prompt
+    if completion is not None:
+        state.completion_tokens = completion
+
+
+def _error_object(url: str, status: int, error: Any, key: str | None, what: str) -> ProviderError:
+    return error_in_body(
+        url, status, error, key, what, retryable=lambda code: code in _RETRYABLE_ERROR_TYPES
+    )

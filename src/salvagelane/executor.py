@@ -1,0 +1,548 @@
+"""One run of one instruction: render, call, store the raw output, salvage, retry, persist.
+
+The order is the contract: the raw output of every attempt is committed to the
+database before it is parsed, so a crash or a bug in salvage can never lose what the
+model said; the report, its items and the quarantine are then written in one
+transaction, so a failure there leaves no half-written report (the run stays
+``running`` until the scheduler marks it interrupted). Sinks run last and can only
+record their own failure: they never touch the stored report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from salvagelane.connectors import Completion, CompletionRequest, Connector
+from salvagelane.core import SalvageResult, salvage
+from salvagelane.core.attempts import (
+    RetryTrigger,
+    Scored,
+    best_attempt,
+    correction_prompt,
+    next_token_budget,
+    retry_trigger,
+    wants_retry,
+)
+from salvagelane.core.finish import FinishReason
+from salvagelane.core.records import Status
+from salvagelane.definitions import (
+    Instruction,
+    RenderedPrompt,
+    render_prompt,
+    resolve_allow_lists,
+    resolve_context,
+)
+from salvagelane.errors import ConnectorError, DefinitionError, ProviderError
+from salvagelane.logs import bound, get_logger
+from salvagelane.sinks import DeliveryOutcome, Sink, deliver_all
+from salvagelane.store import QuarantineRecord, ReportItemRecord, ReportRecord, Store
+
+log = get_logger("salvagelane.executor")
+
+Clock = Callable[[], datetime]
+ConnectorFactory = Callable[[Instruction], Connector]
+SinkFactory = Callable[[Instruction], Sequence[Sink]]
+
+
+class Trigger(enum.StrEnum):
+    """What started a run."""
+
+    MANUAL = "manual"
+    SCHEDULE = "schedule"
+    CATCH_UP = "catch_up"
+    REPLAY = "replay"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunOutcome:
+    """How a run ended, as the CLI and the scheduler report it."""
+
+    run_id: str
+    instruction_id: str
+    status: str
+    kept: int
+    candidates: int
+    quarantined: Mapping[str, int]
+    finish_reason: str | None
+    native_finish_reason: str | None
+    attempts: int
+    best_attempt: int | None
+    error: str | None
+    deliveries: tuple[DeliveryOutcome, ...] = ()
+
+    @property
+    def quarantined_total(self) -> int:
+        return sum(self.quarantined.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "instruction": self.instruction_id,
+            "status": self.status,
+            "kept": self.kept,
+            "candidates": self.candidates,
+            "quarantined": self.quarantined_total,
+            "quarantined_by_reason": dict(self.quarantined),
+            "finish_reason": self.finish_reason,
+            "native_finish_reason": self.native_finish_reason,
+            "attempts": self.attempts,
+            "best_attempt": self.best_attempt,
+            "error": self.error,
+            "deliveries": [
+                {"target": d.target, "kind": d.kind, "ok": d.ok, "error": d.error}
+                for d in self.deliveries
+            ],
+        }
+
+
+@dataclass(kw_only=True, slots=True)
+class _Attempt:
+    number: int
+    attempt_id: str
+    completion: Completion | None = None
+    result: SalvageResult | None = None
+    provider_error: str | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class _RunState:
+    run_id: str
+    attempts: list[_Attempt] = field(default_factory=list)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Executor:
+    """Runs instructions against a store. Connectors and sinks come from factories so
+    the CLI, the scheduler and tests choose them (a replay fixture, a local server)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        connector_for: ConnectorFactory,
+        sinks_for: SinkFactory = lambda instruction: (),
+        clock: Clock = _utc_now,
+    ):
+        self._store = store
+        self._connector_for = connector_for
+        self._sinks_for = sinks_for
+        self._clock = clock
+
+    def run(
+        self,
+        instruction: Instruction,
+        *,
+        trigger: Trigger = Trigger.MANUAL,
+        scheduled_for: datetime | None = None,
+    ) -> RunOutcome:
+        """One run, from render to delivery. Returns how it ended; raises only when the
+        database itself fails (the run then stays ``running``, its raw outputs stored)."""
+        run_id = self._store.start_run(
+            instruction_id=instruction.id,
+            definition_sha256=instruction.definition_sha256,
+            trigger=str(trigger),
+            scheduled_for=scheduled_for,
+            now=self._clock(),
+        )
+        state = _RunState(run_id=run_id)
+        with bound(run_id=run_id, instruction=instruction.id):
+            log.info("run.started", trigger=str(trigger), scheduled_for=scheduled_for)
+            try:
+                outcome = self._execute(instruction, state)
+            except DefinitionError as exc:
+                outcome = self._fail(instruction, state, f"definition: {exc}")
+            except Exception as exc:
+                # A bug must not leave the run looking alive: record it, then let it surface.
+                log.exception("run.crashed", error_type=type(exc).__name__)
+                self._store.fail_run(
+                    run_id,
+                    finished_at=self._clock(),
+                    error=f"internal error: {type(exc).__name__}: {exc}",
+                )
+                raise
+            if outcome.status != str(Status.FAILED) or self._has_report(state):
+                outcome = self._deliver(instruction, outcome)
+            log.info(
+                "run.finished",
+                status=outcome.status,
+                kept=outcome.kept,
+                quarantined=outcome.quarantined_total,
+                finish_reason=outcome.finish_reason,
+                attempts=outcome.attempts,
+                error=outcome.error,
+            )
+            return outcome
+
+    def redeliver(self, instruction: Instruction, run_id: str) -> tuple[DeliveryOutcome, ...]:
+        """Deliver a stored run's report to the definition's sinks again."""
+        with bound(run_id=run_id, instruction=instruction.id):
+            payload = self._store.get_report_payload(run_id)
+            return self._deliver_payload(instruction, run_id, payload)
+
+    # --- the attempts ---------------------------------------------------------------------
+
+    def _execute(self, instruction: Instruction, state: _RunState) -> RunOutcome:
+        context = resolve_context(instruction)
+        policy = instruction.salvage_policy(resolve_allow_lists(instruction, context))
+        prompt = render_prompt(instruction, context)
+        connector = self._connector_for(instruction)
+        spec = instruction.connector
+        retry = instruction.retry
+        enabled = {str(on) for on in retry.on}
+        max_items = instruction.guardrails.max_items
+        budget = spec.max_output_tokens
+        ceiling = max(budget, retry.max_output_tokens_ceiling or 4 * budget)
+        correction: str | None = None
+
+        for number in range(1, retry.attempts + 1):
+            attempts_left = retry.attempts - number
+            request = CompletionRequest(
+                system=prompt.system,
+                user=_with_correction(prompt, correction),
+                max_output_tokens=budget,
+                temperature=spec.temperature,
+                response_schema=instruction.output.envelope_schema.schema,
+            )
+            started = self._clock()
+            try:
+                completion = connector.complete(request)
+            except ConnectorError as exc:
+                attempt = self._store_failed_call(instruction, state, number, request, exc, started)
+                trigger = _provider_trigger(exc)
+                if not wants_retry(trigger, enabled=enabled, attempts_left=attempts_left):
+                    break
+                log.info("attempt.retry", attempt=number, trigger=str(trigger))
+                correction = correction_prompt(
+                    None, finish_reason=None, provider_error=attempt.provider_error
+                )
+                continue
+
+            attempt = self._store_completion(
+                instruction, state, number, request, completion, started
+            )
+            result = salvage(completion.text, policy, finish_reason=str(completion.finish_reason))
+            attempt.result = result
+            trigger = retry_trigger(result, max_items=max_items)
+            self._store.set_attempt_outcome(
+                attempt.attempt_id,
+                {
+                    "status": str(result.status),
+                    "document_valid": result.document_valid,
+                    "truncated": result.truncated,
+                    "counts": result.counts(),
+                    "retry_trigger": None if trigger is None else str(trigger),
+                },
+            )
+            log.info(
+                "attempt.salvaged",
+                attempt=number,
+                status=str(result.status),
+                accepted=len(result.items),
+                quarantined=len(result.quarantined),
+                truncated=result.truncated,
+            )
+            if not wants_retry(trigger, enabled=enabled, attempts_left=attempts_left):
+                break
+            budget = next_token_budget(
+                budget,
+                finish_reason=completion.finish_reason,
+                factor=retry.length_budget_factor,
+                ceiling=ceiling,
+            )
+            log.info(
+                "attempt.retry", attempt=number, trigger=str(trigger), max_output_tokens=budget
+            )
+            correction = correction_prompt(
+                result, finish_reason=completion.finish_reason, max_items=max_items
+            )
+
+        return self._persist(instruction, state)
+
+    def _store_completion(
+        self,
+        instruction: Instruction,
+        state: _RunState,
+        number: int,
+        request: CompletionRequest,
+        completion: Completion,
+        started: datetime,
+    ) -> _Attempt:
+        attempt_id = self._store.add_attempt(
+            state.run_id,
+            number=number,
+            started_at=started,
+            request=_request_summary(instruction, request),
+            raw_output=completion.text,
+            finish_reason=str(completion.finish_reason),
+            native_finish_reason=completion.native_finish_reason,
+            usage=dict(completion.usage),
+            model=completion.model,
+            request_id=completion.request_id,
+            latency_seconds=completion.latency_seconds,
+            http_status=completion.http_status,
+            provider_error=None,
+            stream_error=completion.stream_error,
+            finished_at=self._clock(),
+        )
+        self._store.heartbeat(state.run_id, self._clock())
+        log.info(
+            "attempt.stored",
+            attempt=number,
+            chars=len(completion.text),
+            finish_reason=str(completion.finish_reason),
+            native_finish_reason=completion.native_finish_reason,
+            http_status=completion.http_status,
+            stream_error=completion.stream_error,
+        )
+        attempt = _Attempt(number=number, attempt_id=attempt_id, completion=completion)
+        state.attempts.append(attempt)
+        return attempt
+
+    def _store_failed_call(
+        self,
+        instruction: Instruction,
+        state: _RunState,
+        number: int,
+        request: CompletionRequest,
+        exc: ConnectorError,
+        started: datetime,
+    ) -> _Attempt:
+        message = str(exc)
+        attempt_id = self._store.add_attempt(
+            state.run_id,
+            number=number,
+            started_at=started,
+            request=_request_summary(instruction, request),
+            raw_output=None,
+            finish_reason=str(FinishReason.ERROR),
+            native_finish_reason=None,
+            usage=None,
+            model=None,
+            request_id=None,
+            latency_seconds=None,
+            http_status=exc.status if isinstance(exc, ProviderError) else None,
+            provider_error=message,
+            stream_error=None,
+            finished_at=self._clock(),
+        )
+        self._store.heartbeat(state.run_id, self._clock())
+        log.warning("attempt.provider_error", attempt=number, error=message)
+        attempt = _Attempt(number=number, attempt_id=attempt_id, provider_error=message)
+        state.attempts.append(attempt)
+        return attempt
+
+    # --- the outcome ----------------------------------------------------------------------
+
+    def _persist(self, instruction: Instruction, state: _RunState) -> RunOutcome:
+        scored = [
+            Scored(number=a.number, result=a.result) for a in state.attempts if a.result is not None
+        ]
+        best = best_attempt(scored)
+        if best is None:
+            errors = [a.provider_error for a in state.attempts if a.provider_error]
+            return self._fail(instruction, state, errors[-1] if errors else "no attempt was made")
+        chosen = next(a for a in state.attempts if a.number == best.number)
+        assert chosen.completion is not None
+        assert chosen.result is not None
+        result, completion = chosen.result, chosen.completion
+        status = _run_status(result, completion)
+        error = _failure(result) if status is Status.FAILED else None
+
+        quarantined: list[QuarantineRecord] = []
+        for attempt in state.attempts:
+            if attempt.result is None or attempt.completion is None:
+                continue
+            quarantined.extend(
+                _quarantine_records(instruction, attempt, superseded=attempt is not chosen)
+            )
+        report = ReportRecord(
+            attempt_id=chosen.attempt_id,
+            envelope=dict(result.envelope),
+            partial=status is Status.PARTIAL,
+            status=str(status),
+            document_valid=result.document_valid,
+            truncated=result.truncated,
+            finish_reason=str(completion.finish_reason),
+            counts=result.counts(),
+            items=[
+                ReportItemRecord(
+                    source_index=item.index,
+                    data=item.data,
+                    span_start=item.span.start,
+                    span_end=item.span.end,
+                    coercions=[c.to_json() for c in item.coercions] or None,
+                    origin="model",
+                )
+                for item in result.items
+            ],
+        )
+        self._store.finish_run(
+            state.run_id,
+            status=str(status),
+            finished_at=self._clock(),
+            error=error,
+            report=report,
+            quarantined=quarantined,
+        )
+        counts = result.counts()
+        return RunOutcome(
+            run_id=state.run_id,
+            instruction_id=instruction.id,
+            status=str(status),
+            kept=len(result.items),
+            candidates=int(counts["candidates"]),
+            quarantined=dict(counts["by_reason"]),
+            finish_reason=str(completion.finish_reason),
+            native_finish_reason=completion.native_finish_reason,
+            attempts=len(state.attempts),
+            best_attempt=chosen.number,
+            error=error,
+        )
+
+    def _fail(self, instruction: Instruction, state: _RunState, error: str) -> RunOutcome:
+        self._store.fail_run(state.run_id, finished_at=self._clock(), error=error)
+        log.warning("run.failed", error=error)
+        return RunOutcome(
+            run_id=state.run_id,
+            instruction_id=instruction.id,
+            status=str(Status.FAILED),
+            kept=0,
+            candidates=0,
+            quarantined={},
+            finish_reason=None,
+            native_finish_reason=None,
+            attempts=len(state.attempts),
+            best_attempt=None,
+            error=error,
+        )
+
+    @staticmethod
+    def _has_report(state: _RunState) -> bool:
+        return any(a.result is not None for a in state.attempts)
+
+    # --- delivery -------------------------------------------------------------------------
+
+    def _deliver(self, instruction: Instruction, outcome: RunOutcome) -> RunOutcome:
+        if not instruction.sinks:
+            return outcome
+        payload = self._store.get_report_payload(outcome.run_id)
+        deliveries = self._deliver_payload(instruction, outcome.run_id, payload)
+        return dataclasses.replace(outcome, deliveries=deliveries)
+
+    def _deliver_payload(
+        self, instruction: Instruction, run_id: str, payload: Mapping[str, Any]
+    ) -> tuple[DeliveryOutcome, ...]:
+        outcomes = tuple(deliver_all(self._sinks_for(instruction), payload))
+        for delivery in outcomes:
+            self._store.record_sink_delivery(
+                run_id,
+                target=delivery.target,
+                kind=delivery.kind,
+                status="delivered" if delivery.ok else "failed",
+                error=delivery.error,
+                attempted_at=self._clock(),
+            )
+            if delivery.ok:
+                log.info("sink.delivered", target=delivery.target, kind=delivery.kind)
+            else:
+                log.warning(
+                    "sink.failed", target=delivery.target, kind=delivery.kind, error=delivery.error
+                )
+        return outcomes
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _with_correction(prompt: RenderedPrompt, correction: str | None) -> str:
+    if correction is None:
+        return prompt.user
+    return prompt.user.rstrip() + "\n\n" + correction
+
+
+def _provider_trigger(exc: ConnectorError) -> RetryTrigger | None:
+    """A provider error is worth another run-level attempt when asking again may help:
+    the connector already gave up on a transient failure, or the provider reported an
+    error inside a successful response (an upstream model failure). Missing keys,
+    refused requests and exhausted quotas are not."""
+    if isinstance(exc, ProviderError) and (exc.retryable or exc.status == 200):
+        return RetryTrigger.PROVIDER_ERROR
+    return None
+
+
+def _request_summary(instruction: Instruction, request: CompletionRequest) -> dict[str, Any]:
+    """What was asked, without secrets: the key's variable name, never its value."""
+    spec = instruction.connector
+    prompt = request.system + "\n\n" + request.user
+    return {
+        "kind": str(spec.kind),
+        "base_url": spec.base_url,
+        "model": spec.model,
+        "api_key_env": spec.api_key_env,
+        "max_output_tokens": request.max_output_tokens,
+        "temperature": request.temperature,
+        "structured_output": spec.structured_output,
+        "stream": spec.stream,
+        "prompt_sha256": hashlib.sha256(prompt.encode("utf-8", "surrogateescape")).hexdigest(),
+        "system": request.system,
+        "user": request.user,
+    }
+
+
+def _run_status(result: SalvageResult, completion: Completion) -> Status:
+    """The salvage status, except that a broken stream is never ``ok``: the answer was
+    cut short even when what arrived happens to parse."""
+    status = result.status
+    if status is Status.OK and completion.stream_error is not None:
+        return Status.PARTIAL
+    return status
+
+
+def _failure(result: SalvageResult) -> str:
+    if not result.items_found and not result.quarantined:
+        return "nothing usable: no items list was found in the output"
+    counts = result.counts()
+    reasons = ", ".join(f"{reason} {n}" for reason, n in counts["by_reason"].items())
+    return f"nothing usable: all {counts['candidates']} candidate(s) quarantined ({reasons})"
+
+
+def _quarantine_records(
+    instruction: Instruction, attempt: _Attempt, *, superseded: bool
+) -> list[QuarantineRecord]:
+    assert attempt.result is not None
+    assert attempt.completion is not None
+    provenance = {
+        "instruction": instruction.id,
+        "definition_sha256": instruction.definition_sha256,
+        "model": attempt.completion.model,
+        "finish_reason": str(attempt.completion.finish_reason),
+        "native_finish_reason": attempt.completion.native_finish_reason,
+        "schema_sha256": instruction.output.item_schema.sha256,
+        "attempt": attempt.number,
+    }
+    return [
+        QuarantineRecord(
+            attempt_id=attempt.attempt_id,
+            instruction_id=instruction.id,
+            source_index=item.index,
+            reason=str(item.reason),
+            error={**item.error.to_json(), "message": item.message},
+            span_start=item.span.start,
+            span_end=item.span.end,
+            snippet=item.snippet,
+            sha256=item.sha256,
+            repaired=item.repaired if item.has_repair else None,
+            provenance=provenance,
+            review_status="superseded" if superseded else "pending",
+        )
+        for item in attempt.result.quarantined
+    ]

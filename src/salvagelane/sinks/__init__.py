@@ -1,0 +1,109 @@
+"""Report sinks: where a stored report is delivered, and delivering to all of them.
+
+A failing sink never stops the others, nor the run: :func:`deliver_all` tries every
+sink and reports one :class:`DeliveryOutcome` each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from salvagelane.definitions.model import SinkKind, SinkSpec
+from salvagelane.errors import ConfigurationError, SinkError
+from salvagelane.logs import get_logger
+from salvagelane.sinks.base import Sink
+from salvagelane.sinks.callable_sink import CallableSink
+from salvagelane.sinks.json_file import JsonFileSink
+from salvagelane.sinks.webhook import WebhookSink
+
+__all__ = [
+    "CallableSink",
+    "DeliveryOutcome",
+    "JsonFileSink",
+    "Sink",
+    "WebhookSink",
+    "build_sinks",
+    "deliver_all",
+]
+
+_log = get_logger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeliveryOutcome:
+    """How delivering to one sink went; ``error`` says why when ``ok`` is false."""
+
+    target: str
+    kind: str
+    ok: bool
+    error: str | None = None
+
+
+def build_sinks(specs: Sequence[SinkSpec], *, client: httpx.Client) -> list[Sink]:
+    """The sinks of a definition, in order; webhooks share ``client``."""
+    sinks: list[Sink] = []
+    for index, spec in enumerate(specs):
+        where = f"sinks[{index}] ({spec.kind.value})"
+        if spec.kind is SinkKind.JSON_FILE:
+            if spec.path is None:
+                raise ConfigurationError(f"{where}: expected a path, got none")
+            sinks.append(JsonFileSink(spec.path))
+        elif spec.kind is SinkKind.WEBHOOK:
+            if spec.url is None:
+                raise ConfigurationError(f"{where}: expected a url, got none")
+            sinks.append(
+                WebhookSink(
+                    client,
+                    url=spec.url,
+                    token_env=spec.token_env,
+                    timeout_seconds=spec.timeout_seconds,
+                )
+            )
+        elif spec.kind is SinkKind.CALLABLE:
+            if spec.callable is None:
+                raise ConfigurationError(f"{where}: expected a callable, got none")
+            sinks.append(CallableSink(spec.callable))
+        else:  # pragma: no cover - a new SinkKind without a sink
+            raise ConfigurationError(f"{where}: no sink implements this kind")
+    return sinks
+
+
+def deliver_all(sinks: Iterable[Sink], payload: Mapping[str, Any]) -> list[DeliveryOutcome]:
+    """Deliver ``payload`` to every sink, in order, whatever fails on the way.
+
+    The caller logs and records the outcomes; only a sink's bug (an exception other
+    than SinkError) is logged here, with its traceback, which the outcome cannot carry.
+    """
+    outcomes: list[DeliveryOutcome] = []
+    for sink in sinks:
+        kind = _kind(sink)
+        target = _target(sink)
+        error: str | None = None
+        try:
+            sink.deliver(payload)
+        except SinkError as exc:
+            error = str(exc)
+        # A bug in one sink must not cost the report its other deliveries.
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            _log.exception("sink.crashed", target=target, kind=kind)
+        outcomes.append(DeliveryOutcome(target=target, kind=kind, ok=error is None, error=error))
+    return outcomes
+
+
+def _kind(sink: Sink) -> str:
+    """The sink's ``kind`` when it has one (ours do), else its class name."""
+    kind = getattr(sink, "kind", None)
+    return str(kind) if isinstance(kind, str) else type(sink).__name__
+
+
+def _target(sink: Sink) -> str:
+    # Read defensively: a broken sink's target property must not escape deliver_all.
+    try:
+        return str(sink.target)
+    except Exception as exc:
+        return f"<{type(sink).__name__}: target unreadable, {type(exc).__name__}>"

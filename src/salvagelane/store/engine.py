@@ -1,0 +1,178 @@
+"""Database URLs, engines, and schema migrations (Alembic, run in-process).
+
+SQLite connections run in WAL mode with a busy timeout and foreign keys on, and every
+transaction starts with ``BEGIN IMMEDIATE``: a writer takes the write lock when it
+begins rather than on its first write, so two processes never deadlock upgrading a read
+lock, and the busy timeout makes the second one wait instead of failing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from salvagelane.errors import StoreError
+
+MIGRATIONS_DIR = Path(__file__).resolve().with_name("migrations")
+DEFAULT_BUSY_TIMEOUT = 30.0
+"""Seconds a SQLite connection waits for another writer before giving up."""
+
+T = TypeVar("T")
+
+_PG_PREFIXES = ("postgresql://", "postgres://")
+_PG_DRIVER = "postgresql+psycopg://"
+
+
+def database_url(url: str | None) -> str:
+    """``url`` checked and normalised: PostgreSQL URLs are pointed at psycopg 3.
+
+    The default database is the caller's decision; ``None`` is refused.
+    """
+    if not url:
+        raise StoreError("no database URL given (expected sqlite:///PATH or postgresql://...)")
+    for prefix in _PG_PREFIXES:
+        if url.startswith(prefix):
+            url = _PG_DRIVER + url[len(prefix) :]
+            break
+    parsed = _parse(url)
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise StoreError(
+            f"{masked_url(parsed)}: unsupported database (expected sqlite:///PATH or postgresql://...)"
+        )
+    return url
+
+
+def _parse(url: str) -> URL:
+    try:
+        return sa.make_url(url)
+    except ArgumentError as exc:
+        # The text may hold a password, so it is not repeated.
+        raise StoreError(f"database URL is not well formed: {exc.__class__.__name__}") from exc
+
+
+def masked_url(url: str | URL) -> str:
+    """``url`` as text with any password replaced by ``***``."""
+    parsed = _parse(url) if isinstance(url, str) else url
+    return parsed.render_as_string(hide_password=True)
+
+
+def describe(exc: BaseException) -> str:
+    """The driver's own message for ``exc`` (first line), without SQL or parameters."""
+    cause = getattr(exc, "orig", None) or exc
+    text = str(cause).strip().splitlines()
+    return text[0] if text else cause.__class__.__name__
+
+
+def make_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> Engine:
+    """An engine for ``url`` (normalised by :func:`database_url`), set up for salvagelane."""
+    url = database_url(url)
+    with store_errors(url, "create engine"):
+        if sa.make_url(url).get_backend_name() == "postgresql":
+            # A pooled connection may have been closed by the server since its last use.
+            return sa.create_engine(url, pool_pre_ping=True)
+        engine = sa.create_engine(url, connect_args={"timeout": busy_timeout})
+    _configure_sqlite(engine, busy_timeout)
+    return engine
+
+
+def _configure_sqlite(engine: Engine, busy_timeout: float) -> None:
+    # The recipe from SQLAlchemy's SQLite docs ("Enabling Non-Legacy SQLite Transactional
+    # Modes"): the sqlite3 module stops issuing BEGIN itself and we issue BEGIN IMMEDIATE.
+    def on_connect(dbapi_connection: Any, connection_record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            # busy_timeout first: switching to WAL needs a lock another connection may hold.
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    def on_begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    sa.event.listen(engine, "connect", on_connect)
+    sa.event.listen(engine, "begin", on_begin)
+
+
+# --- migrations -----------------------------------------------------------------------------
+
+
+def _alembic_config(connection: Connection | None = None) -> Config:
+    # No alembic.ini: the environment ships inside the package, and env.py runs the
+    # migrations on the connection handed over here (one transaction, our pragmas).
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    """The revision the code of this salvagelane expects (the migrations' head)."""
+    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+    assert head is not None, "the packaged migrations have no head revision"
+    return head
+
+
+def revision_of(connection: Connection) -> str | None:
+    """The revision the database on ``connection`` is at (None: never migrated)."""
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def upgrade_connection(connection: Connection, revision: str = "head") -> None:
+    """Migrate the database on ``connection`` to ``revision`` inside its transaction."""
+    command.upgrade(_alembic_config(connection), revision)
+
+
+@contextmanager
+def store_errors(url: str | URL, operation: str) -> Iterator[None]:
+    """Translate database and migration errors in the body into StoreError, once.
+
+    The message names the database (password masked), the operation and the driver's
+    reason; the original stays attached as ``__cause__``.
+    """
+    try:
+        yield
+    except (SQLAlchemyError, CommandError) as exc:
+        raise StoreError(f"{masked_url(url)}: {operation} failed: {describe(exc)}") from exc
+
+
+def _with_connection(url: str, operation: str, work: Callable[[Connection], T]) -> T:
+    """Run ``work`` in one transaction on a short-lived engine for ``url``."""
+    engine = make_engine(url)
+    try:
+        with store_errors(url, operation), engine.begin() as connection:
+            return work(connection)
+    finally:
+        engine.dispose()
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Migrate the database at ``url`` to ``revision`` (default: head), atomically."""
+    _with_connection(url, f"upgrade to {revision}", lambda c: upgrade_connection(c, revision))
+
+
+def downgrade(url: str, revision: str) -> None:
+    """Migrate the database at ``url`` down to ``revision`` (``"base"``: no tables)."""
+    _with_connection(
+        url,
+        f"downgrade to {revision}",
+        lambda c: command.downgrade(_alembic_config(c), revision),
+    )
+
+
+def current_revision(url: str) -> str | None:
+    """The revision the database at ``url`` is at (None: never migrated)."""
+    return _with_connection(url, "read the schema revision", revision_of)

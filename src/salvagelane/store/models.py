@@ -1,0 +1,273 @@
+"""The ORM tables of the store, and the column types that make them portable.
+
+Only the repository touches these classes: it turns rows into the dataclasses of
+:mod:`salvagelane.store.records` before a session closes, so no caller ever holds an
+ORM object or a session.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+# Explicit constraint names, so the migration and the models agree on every backend and
+# a later migration can drop a constraint by name.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+NUL_STANDIN = "\u2400"
+"""SYMBOL FOR NULL: what a NUL character in model text becomes in a plain text column."""
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every backend.
+
+    SQLite has no timezone type: SQLAlchemy stores the wall-clock digits and reads back a
+    naive value. Converting to UTC on the way in and attaching UTC on the way out makes
+    both backends return the same aware value. Naive datetimes are refused, because
+    guessing their zone would silently shift times.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"naive datetime {value.isoformat()}: pass a timezone-aware one")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def _json_default(value: object) -> object:
+    # Records hold read-only Mappings (e.g. MappingProxyType); JSON wants dicts.
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def dump_json(value: Any) -> str:
+    """Canonical JSON text: compact, key order kept, no NaN/Infinity.
+
+    Control characters, NUL included, are escaped (``\\u0000``), which is what makes JSON
+    safe in PostgreSQL text (that cannot hold NUL). Lone surrogates (from text decoded with
+    ``surrogateescape``) cannot be encoded as UTF-8, so such values are written with ASCII
+    escapes instead; either form loads back to the same value.
+    """
+    text = json.dumps(
+        value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_json_default
+    )
+    if _SURROGATES.search(text):
+        text = json.dumps(
+            value, ensure_ascii=True, allow_nan=False, separators=(",", ":"), default=_json_default
+        )
+    return text
+
+
+class JSONText(TypeDecorator[Any]):
+    """JSON stored as canonical text, identically on SQLite and PostgreSQL.
+
+    Not the native JSON/JSONB types: jsonb rejects ``\\u0000`` and reorders keys, and the
+    store must keep model output as it was. Python ``None`` is stored as SQL NULL.
+    """
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else dump_json(value)
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> Any:
+        return None if value is None else json.loads(value)
+
+
+def safe_text(value: str) -> str:
+    """``value`` with NUL replaced by U+2400 and lone surrogates by U+FFFD.
+
+    PostgreSQL text cannot hold NUL (the statement fails and aborts the transaction) and
+    UTF-8 cannot encode lone surrogates. The exact model bytes stay in
+    ``attempts.raw_output``; these columns are for people reading.
+    """
+    return _SURROGATES.sub("\ufffd", value.replace("\x00", NUL_STANDIN))
+
+
+class SafeText(TypeDecorator[str]):
+    """Text that may carry model output: made storable by :func:`safe_text` on every backend."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        return None if value is None else safe_text(value)
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> str | None:
+        return value
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Run(Base):
+    """One execution of an instruction, from start to final status."""
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        Index(None, "instruction_id", "created_at"),
+        Index(None, "status"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    instruction_id: Mapped[str] = mapped_column(Text)
+    definition_sha256: Mapped[str] = mapped_column(Text)
+    trigger: Mapped[str] = mapped_column(Text)
+    scheduled_for: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    status: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    error: Mapped[str | None] = mapped_column(SafeText)
+    # use_alter: runs and attempts reference each other; the constraint is added after
+    # both tables exist (SQLite, which cannot ALTER constraints, gets it inline).
+    best_attempt_id: Mapped[str | None] = mapped_column(
+        String(36), ForeignKey("attempts.id", use_alter=True)
+    )
+    sink_status: Mapped[str | None] = mapped_column(Text)
+
+
+class Attempt(Base):
+    """One call to the model within a run, stored before its output is parsed."""
+
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("run_id", "number"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(36), ForeignKey("runs.id"))
+    number: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    request: Mapped[Any] = mapped_column(JSONText)
+    raw_output: Mapped[bytes | None] = mapped_column(LargeBinary)
+    finish_reason: Mapped[str | None] = mapped_column(Text)
+    native_finish_reason: Mapped[str | None] = mapped_column(Text)
+    usage: Mapped[Any] = mapped_column(JSONText, nullable=True)
+    model: Mapped[str | None] = mapped_column(Text)
+    request_id: Mapped[str | None] = mapped_column(Text)
+    latency_seconds: Mapped[float | None] = mapped_column(Float)
+    http_status: Mapped[int | None] = mapped_column(Integer)
+    provider_error: Mapped[str | None] = mapped_column(SafeText)
+    stream_error: Mapped[str | None] = mapped_column(SafeText)
+    outcome: Mapped[Any] = mapped_column(JSONText, nullable=True)
+
+
+class Report(Base):
+    """The salvaged report of a run (at most one per run)."""
+
+    __tablename__ = "reports"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(36), ForeignKey("runs.id"), unique=True)
+    attempt_id: Mapped[str] = mapped_column(String(36), ForeignKey("attempts.id"))
+    envelope: Mapped[Any] = mapped_column(JSONText, nullable=True)
+    partial: Mapped[bool] = mapped_column(Boolean)
+    status: Mapped[str] = mapped_column(Text)
+    document_valid: Mapped[bool] = mapped_column(Boolean)
+    truncated: Mapped[bool] = mapped_column(Boolean)
+    finish_reason: Mapped[str | None] = mapped_column(Text)
+    counts: Mapped[Any] = mapped_column(JSONText)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ReportItem(Base):
+    """A kept item of a report, in report order."""
+
+    __tablename__ = "report_items"
+    __table_args__ = (UniqueConstraint("report_id", "position"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    report_id: Mapped[str] = mapped_column(String(36), ForeignKey("reports.id"))
+    position: Mapped[int] = mapped_column(Integer)
+    source_index: Mapped[int | None] = mapped_column(Integer)
+    data: Mapped[Any] = mapped_column(JSONText)
+    span_start: Mapped[int | None] = mapped_column(Integer)
+    span_end: Mapped[int | None] = mapped_column(Integer)
+    coercions: Mapped[Any] = mapped_column(JSONText, nullable=True)
+    origin: Mapped[str] = mapped_column(Text)
+
+
+class QuarantinedItem(Base):
+    """A rejected candidate, with the correction signal and provenance operators need."""
+
+    __tablename__ = "quarantined_items"
+    __table_args__ = (
+        Index(None, "run_id"),
+        Index(None, "instruction_id", "created_at"),
+        Index(None, "reason", "created_at"),
+        Index(None, "review_status", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(36), ForeignKey("runs.id"))
+    attempt_id: Mapped[str] = mapped_column(String(36), ForeignKey("attempts.id"))
+    instruction_id: Mapped[str] = mapped_column(Text)
+    source_index: Mapped[int | None] = mapped_column(Integer)
+    reason: Mapped[str] = mapped_column(Text)
+    error: Mapped[Any] = mapped_column(JSONText)
+    span_start: Mapped[int | None] = mapped_column(Integer)
+    span_end: Mapped[int | None] = mapped_column(Integer)
+    snippet: Mapped[str | None] = mapped_column(SafeText)
+    sha256: Mapped[str | None] = mapped_column(Text)
+    repaired: Mapped[Any] = mapped_column(JSONText, nullable=True)
+    provenance: Mapped[Any] = mapped_column(JSONText)
+    review_status: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class SinkDelivery(Base):
+    """One attempt to deliver a run's report to one sink target."""
+
+    __tablename__ = "sink_deliveries"
+    __table_args__ = (Index(None, "run_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(36), ForeignKey("runs.id"))
+    target: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(SafeText)
+    attempted_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -1,0 +1,191 @@
+"""Values that cross the store boundary: what callers write, and what reads return.
+
+All are frozen, keyword-only, slotted dataclasses. Reads return these (never ORM
+objects), so callers never hold a session or trigger a lazy load after it closed.
+JSON columns come back as plain ``dict``/``list`` values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+JSONValue = Any
+"""A JSON-serialisable value (dict, list, str, int, float, bool, None)."""
+
+Trigger = Literal["manual", "schedule", "catch_up", "replay"]
+RunStatus = Literal["running", "ok", "partial", "failed", "interrupted"]
+FinalRunStatus = Literal["ok", "partial", "failed", "interrupted"]
+FailureStatus = Literal["failed", "interrupted"]
+DeliveryStatus = Literal["delivered", "failed"]
+ItemOrigin = Literal["model", "operator"]
+
+# --- written by callers ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReportItemRecord:
+    """A kept item; its position in the report is its index in ``ReportRecord.items``."""
+
+    source_index: int | None
+    data: JSONValue
+    span_start: int | None
+    span_end: int | None
+    coercions: Sequence[JSONValue] | None = None
+    origin: ItemOrigin = "model"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReportRecord:
+    """The report of a run, salvaged from the output of attempt ``attempt_id``."""
+
+    attempt_id: str
+    envelope: JSONValue
+    partial: bool
+    status: str
+    document_valid: bool
+    truncated: bool
+    finish_reason: str | None
+    counts: Mapping[str, JSONValue]
+    items: Sequence[ReportItemRecord]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QuarantineRecord:
+    """A rejected candidate of one attempt.
+
+    ``review_status`` is ``"pending"`` for the chosen attempt's items and
+    ``"superseded"`` for those of attempts that were not chosen.
+    """
+
+    attempt_id: str
+    instruction_id: str
+    source_index: int | None
+    reason: str
+    error: Mapping[str, JSONValue]
+    span_start: int | None
+    span_end: int | None
+    snippet: str | None
+    sha256: str | None
+    repaired: JSONValue
+    provenance: Mapping[str, JSONValue]
+    review_status: str = "pending"
+
+
+# --- returned by reads ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunSummary:
+    """One line of ``list_runs``. ``kept_count`` counts report items; ``quarantined_count``
+    the run's quarantined items that were not superseded by another attempt's."""
+
+    id: str
+    instruction_id: str
+    trigger: str
+    status: str
+    created_at: datetime
+    finished_at: datetime | None
+    kept_count: int
+    quarantined_count: int
+    finish_reason: str | None
+    sink_status: str | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AttemptView:
+    """A stored model call. ``raw_output`` is the model's text exactly as received."""
+
+    id: str
+    run_id: str
+    number: int
+    started_at: datetime
+    finished_at: datetime | None
+    request: Mapping[str, JSONValue]
+    raw_output: str | None
+    finish_reason: str | None
+    native_finish_reason: str | None
+    usage: Mapping[str, JSONValue] | None
+    model: str | None
+    request_id: str | None
+    latency_seconds: float | None
+    http_status: int | None
+    provider_error: str | None
+    stream_error: str | None
+    outcome: Mapping[str, JSONValue] | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReportItemView:
+    position: int
+    source_index: int | None
+    data: JSONValue
+    span_start: int | None
+    span_end: int | None
+    coercions: list[JSONValue] | None
+    origin: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReportView:
+    id: str
+    attempt_id: str
+    envelope: JSONValue
+    partial: bool
+    status: str
+    document_valid: bool
+    truncated: bool
+    finish_reason: str | None
+    counts: Mapping[str, JSONValue]
+    created_at: datetime
+    items: list[ReportItemView]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QuarantineView:
+    """A stored quarantined item. ``snippet`` shows NUL as U+2400 (see ``raw_output``)."""
+
+    id: int
+    run_id: str
+    attempt_id: str
+    attempt_number: int
+    instruction_id: str
+    source_index: int | None
+    reason: str
+    error: Mapping[str, JSONValue]
+    span_start: int | None
+    span_end: int | None
+    snippet: str | None
+    sha256: str | None
+    repaired: JSONValue
+    provenance: Mapping[str, JSONValue]
+    review_status: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SinkDeliveryView:
+    id: int
+    target: str
+    kind: str
+    status: str
+    error: str | None
+    attempted_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunDetail(RunSummary):
+    """Everything stored about one run: its summary plus attempts, report and quarantine."""
+
+    definition_sha256: str
+    scheduled_for: datetime | None
+    started_at: datetime
+    heartbeat_at: datetime | None
+    error: str | None
+    best_attempt_id: str | None
+    attempts: list[AttemptView]
+    report: ReportView | None
+    quarantined: list[QuarantineView]
+    deliveries: list[SinkDeliveryView]

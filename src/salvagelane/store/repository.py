@@ -1,0 +1,649 @@
+"""The store: runs, attempts, reports and the quarantine lane, on SQLite or PostgreSQL.
+
+Every public method is one short transaction of its own and returns dataclasses from
+:mod:`salvagelane.store.records`. Database errors are translated into StoreError here,
+once; an unknown id is a NotFoundError.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import fields
+from datetime import datetime
+from types import TracebackType
+from typing import Any, TypeVar, get_args
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from salvagelane.errors import NotFoundError, StoreError
+from salvagelane.store.engine import (
+    database_url,
+    head_revision,
+    make_engine,
+    masked_url,
+    revision_of,
+    store_errors,
+    upgrade_connection,
+)
+from salvagelane.store.models import (
+    Attempt,
+    QuarantinedItem,
+    Report,
+    ReportItem,
+    Run,
+    SinkDelivery,
+)
+from salvagelane.store.records import (
+    AttemptView,
+    DeliveryStatus,
+    FailureStatus,
+    FinalRunStatus,
+    QuarantineRecord,
+    QuarantineView,
+    ReportItemView,
+    ReportRecord,
+    ReportView,
+    RunDetail,
+    RunSummary,
+    SinkDeliveryView,
+    Trigger,
+)
+
+T = TypeVar("T")
+
+MIN_PREFIX = 8
+"""The shortest run id prefix accepted, like git's abbreviated hashes."""
+
+SUPERSEDED = "superseded"
+_FINAL_STATUSES = frozenset(get_args(FinalRunStatus))
+_FAILURE_STATUSES = frozenset(get_args(FailureStatus))
+_DELIVERY_STATUSES = frozenset(get_args(DeliveryStatus))
+_TRIGGERS = frozenset(get_args(Trigger))
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def encode_raw(text: str) -> bytes:
+    """The model's text as stored: UTF-8, undecodable input bytes restored by
+    ``surrogateescape``. A lone surrogate that did not come from bytes (rare: a provider's
+    JSON escape) is written as its UTF-8 form rather than refused, so nothing is lost."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+
+
+def decode_raw(data: bytes) -> str:
+    """The inverse of :func:`encode_raw` for every text that came from bytes."""
+    return data.decode("utf-8", "surrogateescape")
+
+
+class Store:
+    """Persistence for salvagelane. Open with :meth:`open`; close, or use as a context manager."""
+
+    def __init__(self, engine: Engine) -> None:
+        """Use :meth:`open`, which also checks the schema revision."""
+        self._engine = engine
+        # expire_on_commit=False: rows stay readable while they are turned into records.
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str, *, auto_upgrade: bool = True) -> Store:
+        """Connect to ``url`` and make sure its schema is the one this code expects.
+
+        A SQLite database without any table (a new file) is migrated to head when
+        ``auto_upgrade`` is true. Any other database not at head is refused: migrating a
+        shared database is the operator's decision (``salvagelane db upgrade``).
+        """
+        store = cls(make_engine(database_url(url)))
+        try:
+            store._check_schema(auto_upgrade=auto_upgrade)
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def _check_schema(self, *, auto_upgrade: bool) -> None:
+        head = head_revision()
+        with (
+            store_errors(self._engine.url, "check the schema revision"),
+            self._engine.begin() as connection,
+        ):
+            current = revision_of(connection)
+            fresh = (
+                current is None
+                and connection.dialect.name == "sqlite"
+                and not sa.inspect(connection).get_table_names()
+            )
+            if fresh and auto_upgrade:
+                upgrade_connection(connection)
+                return
+        if current != head:
+            raise StoreError(
+                f"{self.url}: the database schema is at revision {current or '(none)'}, "
+                f"this salvagelane needs {head}: run `salvagelane db upgrade`"
+            )
+
+    @property
+    def url(self) -> str:
+        """The database URL, password masked."""
+        return masked_url(self._engine.url)
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @contextmanager
+    def _transaction(self, operation: str) -> Iterator[Session]:
+        """A session in one transaction: committed at the end, rolled back on any error."""
+        with store_errors(self._engine.url, operation), self._sessions.begin() as session:
+            yield session
+
+    # --- writes -----------------------------------------------------------------------------
+
+    def start_run(
+        self,
+        *,
+        instruction_id: str,
+        definition_sha256: str,
+        trigger: str,
+        scheduled_for: datetime | None,
+        now: datetime,
+    ) -> str:
+        """Record a new run as ``running``; returns its id. ``trigger`` is one of
+        :data:`~salvagelane.store.records.Trigger` (a StrEnum member will do)."""
+        _check_vocabulary("trigger", trigger, _TRIGGERS)
+        run_id = _new_id()
+        with self._transaction(f"start a run of {instruction_id}") as session:
+            session.add(
+                Run(
+                    id=run_id,
+                    instruction_id=instruction_id,
+                    definition_sha256=definition_sha256,
+                    trigger=trigger,
+                    scheduled_for=scheduled_for,
+                    status="running",
+                    created_at=now,
+                    started_at=now,
+                    heartbeat_at=now,
+                )
+            )
+        return run_id
+
+    def add_attempt(
+        self,
+        run_id: str,
+        *,
+        number: int,
+        started_at: datetime,
+        request: Mapping[str, Any],
+        raw_output: str | None,
+        finish_reason: str | None,
+        native_finish_reason: str | None,
+        usage: Mapping[str, Any] | None,
+        model: str | None,
+        request_id: str | None,
+        latency_seconds: float | None,
+        http_status: int | None,
+        provider_error: str | None,
+        stream_error: str | None,
+        finished_at: datetime | None,
+    ) -> str:
+        """Store a model call, committed at once: the raw output is safe before parsing."""
+        attempt_id = _new_id()
+        with self._transaction(f"add attempt {number} to run {run_id}") as session:
+            _get_run(session, run_id)
+            session.add(
+                Attempt(
+                    id=attempt_id,
+                    run_id=run_id,
+                    number=number,
+                    started_at=started_at,
+                    finished_at=finished_at,
+                    request=request,
+                    raw_output=None if raw_output is None else encode_raw(raw_output),
+                    finish_reason=finish_reason,
+                    native_finish_reason=native_finish_reason,
+                    usage=usage,
+                    model=model,
+                    request_id=request_id,
+                    latency_seconds=latency_seconds,
+                    http_status=http_status,
+                    provider_error=provider_error,
+                    stream_error=stream_error,
+                )
+            )
+        return attempt_id
+
+    def set_attempt_outcome(self, attempt_id: str, outcome: Mapping[str, Any]) -> None:
+        """Attach the salvage outcome (counts, status) to an attempt."""
+        with self._transaction(f"set the outcome of attempt {attempt_id}") as session:
+            attempt = session.get(Attempt, attempt_id)
+            if attempt is None:
+                raise NotFoundError(f"{self.url}: no attempt with id {attempt_id}")
+            attempt.outcome = outcome
+
+    def heartbeat(self, run_id: str, now: datetime) -> None:
+        """Record that the process executing ``run_id`` is alive."""
+        with self._transaction(f"heartbeat run {run_id}") as session:
+            _get_run(session, run_id).heartbeat_at = now
+
+    def finish_run(
+        self,
+        run_id: str,
+        *,
+        status: str,
+        finished_at: datetime,
+        error: str | None,
+        report: ReportRecord | None,
+        quarantined: Sequence[QuarantineRecord],
+    ) -> None:
+        """Write the report, its items, the quarantined items and the final status at once.
+
+        One transaction: if any of it fails, none of it is written, the run stays
+        ``running`` and StoreError is raised. The attempts (with their raw output) were
+        committed earlier and stay.
+        """
+        _check_vocabulary("status", status, _FINAL_STATUSES)
+        with self._transaction(f"finish run {run_id}") as session:
+            run = _running_run(session, run_id)
+            own_attempts = set(
+                session.scalars(sa.select(Attempt.id).where(Attempt.run_id == run_id))
+            )
+            named = {record.attempt_id for record in quarantined}
+            if report is not None:
+                named.add(report.attempt_id)
+            if stray := sorted(named - own_attempts):
+                raise NotFoundError(f"{self.url}: run {run_id} has no attempt {', '.join(stray)}")
+            if report is not None:
+                _add_report(session, run_id, report, created_at=finished_at)
+            session.add_all(
+                QuarantinedItem(
+                    run_id=run_id,
+                    attempt_id=record.attempt_id,
+                    instruction_id=record.instruction_id,
+                    source_index=record.source_index,
+                    reason=record.reason,
+                    error=record.error,
+                    span_start=record.span_start,
+                    span_end=record.span_end,
+                    snippet=record.snippet,
+                    sha256=record.sha256,
+                    repaired=record.repaired,
+                    provenance=record.provenance,
+                    review_status=record.review_status,
+                    created_at=finished_at,
+                )
+                for record in quarantined
+            )
+            run.best_attempt_id = None if report is None else report.attempt_id
+            _close(run, status=status, finished_at=finished_at, error=error)
+
+    def fail_run(
+        self,
+        run_id: str,
+        *,
+        finished_at: datetime,
+        error: str,
+        status: str = "failed",
+    ) -> None:
+        """End a run that produced no report (``failed``, or ``interrupted`` by a crash)."""
+        _check_vocabulary("status", status, _FAILURE_STATUSES)
+        with self._transaction(f"fail run {run_id}") as session:
+            _close(
+                _running_run(session, run_id), status=status, finished_at=finished_at, error=error
+            )
+
+    def record_sink_delivery(
+        self,
+        run_id: str,
+        *,
+        target: str,
+        kind: str,
+        status: str,
+        error: str | None,
+        attempted_at: datetime,
+    ) -> None:
+        """Log a delivery attempt and update the run's ``sink_status``.
+
+        ``sink_status`` is ``failed`` when the latest delivery to any target failed, else
+        ``delivered``: a retry that succeeds clears an earlier failure to the same target.
+        """
+        _check_vocabulary("status", status, _DELIVERY_STATUSES)
+        with self._transaction(f"record a sink delivery of run {run_id}") as session:
+            run = _get_run(session, run_id)
+            session.add(
+                SinkDelivery(
+                    run_id=run_id,
+                    target=target,
+                    kind=kind,
+                    status=status,
+                    error=error,
+                    attempted_at=attempted_at,
+                )
+            )
+            session.flush()
+            latest: dict[str, str] = {}
+            for row in _deliveries(session, run_id):
+                latest[row.target] = row.status
+            run.sink_status = "failed" if "failed" in latest.values() else "delivered"
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def list_runs(self, *, instruction_id: str | None = None, limit: int = 20) -> list[RunSummary]:
+        """The latest ``limit`` runs, newest first, optionally of one instruction."""
+        stmt = sa.select(Run).order_by(Run.created_at.desc(), Run.id.desc()).limit(limit)
+        if instruction_id is not None:
+            stmt = stmt.where(Run.instruction_id == instruction_id)
+        with self._transaction("list runs") as session:
+            return _summaries(session, list(session.scalars(stmt)))
+
+    def get_run(self, run_id: str) -> RunDetail:
+        """Everything stored about a run. ``run_id`` may be a unique prefix (8+ characters)."""
+        with self._transaction(f"read run {run_id}") as session:
+            run = self._resolve(session, run_id)
+            (summary,) = _summaries(session, [run])
+            attempts = [
+                _attempt_view(row)
+                for row in session.scalars(
+                    sa.select(Attempt).where(Attempt.run_id == run.id).order_by(Attempt.number)
+                )
+            ]
+            numbers = {attempt.id: attempt.number for attempt in attempts}
+            quarantined = session.scalars(
+                sa.select(QuarantinedItem)
+                .where(QuarantinedItem.run_id == run.id)
+                .order_by(QuarantinedItem.id)
+            )
+            return RunDetail(
+                **{field.name: getattr(summary, field.name) for field in fields(RunSummary)},
+                definition_sha256=run.definition_sha256,
+                scheduled_for=run.scheduled_for,
+                started_at=run.started_at,
+                heartbeat_at=run.heartbeat_at,
+                error=run.error,
+                best_attempt_id=run.best_attempt_id,
+                attempts=attempts,
+                report=_report_view(session, run.id),
+                quarantined=[_quarantine_view(row, numbers[row.attempt_id]) for row in quarantined],
+                deliveries=[_delivery_view(row) for row in _deliveries(session, run.id)],
+            )
+
+    def get_report_payload(self, run_id: str) -> dict[str, Any]:
+        """What a consumer of the report receives: the envelope and the kept items in order.
+
+        ``run_id`` may be a unique prefix. NotFoundError when the run has no report.
+        """
+        with self._transaction(f"read the report of run {run_id}") as session:
+            run = self._resolve(session, run_id)
+            report = _report_view(session, run.id)
+            if report is None:
+                raise NotFoundError(f"{self.url}: run {run.id} has no report (it is {run.status})")
+            return {
+                "run_id": run.id,
+                "instruction": run.instruction_id,
+                "status": report.status,
+                "partial": report.partial,
+                "finish_reason": report.finish_reason,
+                "counts": report.counts,
+                "envelope": report.envelope,
+                "items": [item.data for item in report.items],
+            }
+
+    def _resolve(self, session: Session, run_id: str) -> Run:
+        """The run whose id is ``run_id`` or starts with it (at least MIN_PREFIX characters)."""
+        prefix = run_id.strip().lower()
+        if len(prefix) < MIN_PREFIX:
+            raise NotFoundError(
+                f"{self.url}: run id {run_id!r} is too short: give at least {MIN_PREFIX} characters"
+            )
+        matches = list(
+            session.scalars(
+                sa.select(Run).where(Run.id.startswith(prefix, autoescape=True)).limit(2)
+            )
+        )
+        if not matches:
+            raise NotFoundError(f"{self.url}: no run with id {run_id!r}")
+        if len(matches) > 1:
+            raise NotFoundError(
+                f"{self.url}: run id prefix {run_id!r} is ambiguous "
+                f"({matches[0].id}, {matches[1].id}, ...): give more characters"
+            )
+        return matches[0]
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _check_vocabulary(field: str, value: str, allowed: frozenset[str]) -> None:
+    # Callers pass StrEnum members or plain strings; a typo must not reach the database.
+    if value not in allowed:
+        raise ValueError(f"{field} {value!r}: expected one of {', '.join(sorted(allowed))}")
+
+
+def _get_run(session: Session, run_id: str) -> Run:
+    run = session.get(Run, run_id)
+    if run is None:
+        raise NotFoundError(f"{masked_url(session.get_bind().engine.url)}: no run with id {run_id}")
+    return run
+
+
+def _running_run(session: Session, run_id: str) -> Run:
+    """The run, which must still be running: a run is finished exactly once."""
+    run = _get_run(session, run_id)
+    if run.status != "running":
+        raise StoreError(
+            f"{masked_url(session.get_bind().engine.url)}: run {run_id} is already {run.status}"
+        )
+    return run
+
+
+def _close(run: Run, *, status: str, finished_at: datetime, error: str | None) -> None:
+    run.status = status
+    run.finished_at = finished_at
+    run.heartbeat_at = finished_at
+    run.error = error
+
+
+def _add_report(
+    session: Session, run_id: str, report: ReportRecord, *, created_at: datetime
+) -> None:
+    report_id = _new_id()
+    session.add(
+        Report(
+            id=report_id,
+            run_id=run_id,
+            attempt_id=report.attempt_id,
+            envelope=report.envelope,
+            partial=report.partial,
+            status=report.status,
+            document_valid=report.document_valid,
+            truncated=report.truncated,
+            finish_reason=report.finish_reason,
+            counts=report.counts,
+            created_at=created_at,
+        )
+    )
+    # Without relationships the unit of work does not order inserts across tables: the
+    # report row must exist before its items reference it.
+    session.flush()
+    session.add_all(
+        ReportItem(
+            report_id=report_id,
+            position=position,
+            source_index=item.source_index,
+            data=item.data,
+            span_start=item.span_start,
+            span_end=item.span_end,
+            coercions=None if item.coercions is None else list(item.coercions),
+            origin=item.origin,
+        )
+        for position, item in enumerate(report.items)
+    )
+
+
+def _deliveries(session: Session, run_id: str) -> list[SinkDelivery]:
+    """The run's sink deliveries, oldest first."""
+    return list(
+        session.scalars(
+            sa.select(SinkDelivery)
+            .where(SinkDelivery.run_id == run_id)
+            .order_by(SinkDelivery.attempted_at, SinkDelivery.id)
+        )
+    )
+
+
+def _by_run(session: Session, stmt: sa.Select[tuple[str, T]]) -> dict[str, T]:
+    """``{run_id: value}`` from a query of (run_id, value) rows; later rows win."""
+    return dict(session.execute(stmt).tuples().all())
+
+
+def _summaries(session: Session, runs: list[Run]) -> list[RunSummary]:
+    """Summaries of ``runs`` (in order), with their counts fetched in a few batch queries."""
+    ids = [run.id for run in runs]
+    kept = _by_run(
+        session,
+        sa.select(Report.run_id, sa.func.count(ReportItem.id))
+        .join(ReportItem, ReportItem.report_id == Report.id)
+        .where(Report.run_id.in_(ids))
+        .group_by(Report.run_id),
+    )
+    quarantined = _by_run(
+        session,
+        sa.select(QuarantinedItem.run_id, sa.func.count(QuarantinedItem.id))
+        .where(QuarantinedItem.run_id.in_(ids), QuarantinedItem.review_status != SUPERSEDED)
+        .group_by(QuarantinedItem.run_id),
+    )
+    # The report's finish reason; for a run without report, that of its last attempt
+    # (attempts in number order, so the last one wins).
+    finish_reasons = _by_run(
+        session,
+        sa.select(Attempt.run_id, Attempt.finish_reason)
+        .where(Attempt.run_id.in_(ids))
+        .order_by(Attempt.number),
+    )
+    finish_reasons.update(
+        _by_run(
+            session,
+            sa.select(Report.run_id, Report.finish_reason).where(Report.run_id.in_(ids)),
+        )
+    )
+    return [
+        RunSummary(
+            id=run.id,
+            instruction_id=run.instruction_id,
+            trigger=run.trigger,
+            status=run.status,
+            created_at=run.created_at,
+            finished_at=run.finished_at,
+            kept_count=kept.get(run.id, 0),
+            quarantined_count=quarantined.get(run.id, 0),
+            finish_reason=finish_reasons.get(run.id),
+            sink_status=run.sink_status,
+        )
+        for run in runs
+    ]
+
+
+def _attempt_view(row: Attempt) -> AttemptView:
+    return AttemptView(
+        id=row.id,
+        run_id=row.run_id,
+        number=row.number,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        request=row.request,
+        raw_output=None if row.raw_output is None else decode_raw(row.raw_output),
+        finish_reason=row.finish_reason,
+        native_finish_reason=row.native_finish_reason,
+        usage=row.usage,
+        model=row.model,
+        request_id=row.request_id,
+        latency_seconds=row.latency_seconds,
+        http_status=row.http_status,
+        provider_error=row.provider_error,
+        stream_error=row.stream_error,
+        outcome=row.outcome,
+    )
+
+
+def _report_view(session: Session, run_id: str) -> ReportView | None:
+    report = session.scalars(sa.select(Report).where(Report.run_id == run_id)).one_or_none()
+    if report is None:
+        return None
+    items = session.scalars(
+        sa.select(ReportItem).where(ReportItem.report_id == report.id).order_by(ReportItem.position)
+    )
+    return ReportView(
+        id=report.id,
+        attempt_id=report.attempt_id,
+        envelope=report.envelope,
+        partial=report.partial,
+        status=report.status,
+        document_valid=report.document_valid,
+        truncated=report.truncated,
+        finish_reason=report.finish_reason,
+        counts=report.counts,
+        created_at=report.created_at,
+        items=[
+            ReportItemView(
+                position=item.position,
+                source_index=item.source_index,
+                data=item.data,
+                span_start=item.span_start,
+                span_end=item.span_end,
+                coercions=item.coercions,
+                origin=item.origin,
+            )
+            for item in items
+        ],
+    )
+
+
+def _quarantine_view(row: QuarantinedItem, attempt_number: int) -> QuarantineView:
+    return QuarantineView(
+        id=row.id,
+        run_id=row.run_id,
+        attempt_id=row.attempt_id,
+        attempt_number=attempt_number,
+        instruction_id=row.instruction_id,
+        source_index=row.source_index,
+        reason=row.reason,
+        error=row.error,
+        span_start=row.span_start,
+        span_end=row.span_end,
+        snippet=row.snippet,
+        sha256=row.sha256,
+        repaired=row.repaired,
+        provenance=row.provenance,
+        review_status=row.review_status,
+        created_at=row.created_at,
+    )
+
+
+def _delivery_view(row: SinkDelivery) -> SinkDeliveryView:
+    return SinkDeliveryView(
+        id=row.id,
+        target=row.target,
+        kind=row.kind,
+        status=row.status,
+        error=row.error,
+        attempted_at=row.attempted_at,
+    )

@@ -1,0 +1,198 @@
+"""A real HTTP server on 127.0.0.1 answering with scripted responses, for connector and
+webhook tests, plus the fake clock they share and helpers for recorded provider shapes.
+
+Each request pops the next :class:`Scripted` reply (an unscripted request gets 599). A
+reply is either one body with Content-Length, or a stream of chunks written and flushed
+one by one: chunked (optionally cut before the final chunk, as a dropped connection) or
+delimited by closing the connection (so a cut stream ends cleanly, mid-event).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import pytest
+
+from salvagelane.connectors import CompletionRequest
+
+PROVIDERS = Path(__file__).resolve().parents[1] / "fixtures" / "providers"
+
+KEY_ENV = "SALVAGELANE_TEST_API_KEY"
+SECRET = "sk-test-9f8e7d6c5b4a-do-not-leak"
+
+REQUEST = CompletionRequest(
+    system="You triage workstreams.",
+    user="Rank today's work.",
+    max_output_tokens=256,
+    temperature=0.2,
+    response_schema={"type": "object", "properties": {"summary": {"type": "string"}}},
+)
+
+
+@dataclass
+class Scripted:
+    status: int = 200
+    body: bytes | dict[str, Any] = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    # A streamed reply: these chunks, each written and flushed on its own.
+    chunks: list[bytes] | None = None
+    framing: Literal["chunked", "close"] = "chunked"
+    # Chunked framing: leave out the terminating chunk, so the client sees a dropped body.
+    cut: bool = False
+    # Stop after this many chunks for ``stall`` seconds (a read timeout on the client),
+    # then call ``on_stall`` and end the reply, or go on when ``resume``.
+    stall_after: int | None = None
+    stall: float = 0.0
+    on_stall: Callable[[], None] | None = None
+    resume: bool = False
+
+
+@dataclass
+class Recorded:
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class ScriptedServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.script: deque[Scripted] = deque()
+        self.requests: list[Recorded] = []
+
+    @property
+    def origin(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.origin}/v1"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that gave up (the timeout tests) is expected; stay quiet."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ScriptedServer
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        raw = self.rfile.read(length)
+        self.server.requests.append(
+            Recorded(
+                path=self.path,
+                headers={k.lower(): v for k, v in self.headers.items()},
+                body=json.loads(raw),
+            )
+        )
+        reply = self.server.script.popleft() if self.server.script else Scripted(status=599)
+        if reply.delay:
+            time.sleep(reply.delay)
+        self.close_connection = True
+        self.send_response(reply.status)
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        self.send_header("Connection", "close")
+        if reply.chunks is None:
+            body = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        chunked = reply.framing == "chunked"
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for index, chunk in enumerate(reply.chunks):
+            if reply.stall_after is not None and index == reply.stall_after:
+                self.wfile.flush()
+                time.sleep(reply.stall)
+                if reply.on_stall is not None:
+                    reply.on_stall()
+                if not reply.resume:
+                    return
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
+            self.wfile.flush()
+        if chunked and not reply.cut:
+            self.wfile.write(b"0\r\n\r\n")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class FakeClock:
+    """A monotonic clock that only moves when the code under test sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedServer]:
+    srv = ScriptedServer()
+    thread = threading.Thread(target=srv.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[httpx.Client]:
+    """One client per module: building its TLS context costs ~0.1 s, and every scripted
+    reply closes its connection, so nothing carries over between tests."""
+    with httpx.Client() as http:
+        yield http
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+# --- recorded provider shapes ----------------------------------------------------------------
+
+
+def provider_json(name: str) -> dict[str, Any]:
+    """A recorded JSON body from tests/fixtures/providers (a fresh copy each call)."""
+    loaded: dict[str, Any] = json.loads((PROVIDERS / name).read_text(encoding="utf-8"))
+    return loaded
+
+
+def provider_events(name: str) -> list[bytes]:
+    """A recorded event stream, one element per event (blank-line terminated)."""
+    text = (PROVIDERS / name).read_text(encoding="utf-8")
+    return [(block + "\n\n").encode() for block in text.split("\n\n") if block.strip()]
+
+
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+
+
+def sse_event(data: Any, event: str | None = None) -> bytes:
+    """One event; ``data`` that is not a string is sent as JSON."""
+    text = data if isinstance(data, str) else json.dumps(data)
+    return ((f"event: {event}\n" if event else "") + f"data: {text}\n\n").encode()

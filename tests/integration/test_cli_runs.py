@@ -1,0 +1,179 @@
+"""``salvagelane run``, ``runs`` and ``db`` as real processes, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import PostgresDatabase
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "tests" / "fixtures" / "daily-triage-truncated"
+
+
+def salvagelane(
+    *args: str, database: str, cwd: Path = ROOT, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    environ = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"SALVAGELANE_DATABASE_URL", "SALVAGELANE_LOG_FORMAT"}
+    }
+    environ.update({"SALVAGELANE_DATABASE_URL": database, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "salvagelane", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=environ,
+        timeout=120,
+        check=False,
+    )
+
+
+def upgraded(database_url: str) -> str:
+    proc = salvagelane("db", "upgrade", database=database_url)
+    assert proc.returncode == 0, proc.stderr
+    return database_url
+
+
+def test_the_main_job_twice_gives_two_listed_runs(database_url: str) -> None:
+    database = upgraded(database_url)
+    first = salvagelane("run", "daily-triage", "--replay", str(FIXTURE), database=database)
+    assert first.returncode == 0, first.stderr
+    lines = dict(line.split(None, 1) for line in first.stdout.splitlines())
+    assert lines["status"] == "partial"
+    assert lines["kept"] == "7 of 8 candidates"
+    assert lines["quarantined"] == "1 (truncated 1)"
+    assert lines["finish"] == "length"
+    run_id = lines["run"].split()[0]
+
+    second = salvagelane(
+        "run", "daily-triage", "--replay", str(FIXTURE), "--json", database=database
+    )
+    assert second.returncode == 0, second.stderr
+    outcome = json.loads(second.stdout)
+    assert (outcome["status"], outcome["kept"], outcome["quarantined"]) == ("partial", 7, 1)
+    assert outcome["quarantined_by_reason"] == {"truncated": 1}
+
+    listed = salvagelane("runs", "list", database=database)
+    assert listed.returncode == 0, listed.stderr
+    rows = listed.stdout.splitlines()
+    assert rows[0].split() == [
+        "RUN", "CREATED", "(UTC)", "INSTRUCTION", "TRIGGER", "STATUS", "KEPT", "QUAR", "FINISH",
+    ]  # fmt: skip
+    assert [row.split()[0] for row in rows[1:]] == [outcome["run_id"][:8], run_id[:8]]
+    assert all(row.split()[4:9] == ["replay", "partial", "7", "1", "length"] for row in rows[1:])
+
+
+def test_runs_show_explains_the_report_and_the_quarantine(database_url: str) -> None:
+    database = upgraded(database_url)
+    run = salvagelane("run", "daily-triage", "--replay", str(FIXTURE), "--json", database=database)
+    run_id = json.loads(run.stdout)["run_id"]
+
+    shown = salvagelane("runs", "show", run_id[:8], database=database)
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    assert f"run          {run_id}" in text
+    assert "report       partial: 7 of 8 candidates kept" in text
+    assert "items (7)" in text
+    assert '  7. {"rank": 7' in text
+    assert "quarantined (1)" in text
+    assert "item 7 of attempt 1: truncated [pending]" in text
+    assert "span 4953-5269" in text
+
+    as_json = json.loads(salvagelane("runs", "show", run_id, "--json", database=database).stdout)
+    assert as_json["id"] == run_id
+    assert [item["data"]["rank"] for item in as_json["report"]["items"]] == list(range(1, 8))
+    assert as_json["quarantined"][0]["provenance"]["finish_reason"] == "length"
+
+    raw = salvagelane("runs", "show", run_id, "--raw", "1", database=database)
+    assert raw.stdout == (FIXTURE / "raw.txt").read_text(encoding="utf-8")
+
+
+def test_unknown_ids_and_instructions_are_one_line_usage_errors(database_url: str) -> None:
+    database = upgraded(database_url)
+    missing = salvagelane("runs", "show", "deadbeef-0000", database=database)
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("salvagelane: error: ")
+    assert "deadbeef-0000" in missing.stderr
+    assert len(missing.stderr.splitlines()) == 1
+
+    unknown = salvagelane("run", "weekly-nothing", database=database)
+    assert unknown.returncode == 2
+    assert "no instruction 'weekly-nothing' in instructions/: expected one of daily-triage" in (
+        unknown.stderr
+    )
+
+
+def test_a_failed_run_exits_1_and_says_why(database_url: str, tmp_path: Path) -> None:
+    database = upgraded(database_url)
+    fixture = tmp_path / "refusal"
+    fixture.mkdir()
+    (fixture / "raw.txt").write_text("I can't help with triage today.", encoding="utf-8")
+    (fixture / "meta.json").write_text('{"finish_reason": "stop"}', encoding="utf-8")
+    proc = salvagelane("run", "daily-triage", "--replay", str(fixture), database=database)
+    assert proc.returncode == 1
+    assert "status       failed" in proc.stdout
+    assert "error        nothing usable: no items list was found in the output" in proc.stdout
+    # Retried once (nothing_salvaged): both answers are stored.
+    assert "attempts     2" in proc.stdout
+
+
+def test_a_new_sqlite_database_is_created_at_head_by_any_command(tmp_path: Path) -> None:
+    database = f"sqlite:///{tmp_path / 'fresh.db'}"
+    listed = salvagelane("runs", "list", database=database)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.strip() == "no runs stored yet (salvagelane run INSTRUCTION stores one)"
+    current = salvagelane("db", "current", database=database)
+    assert current.stdout.strip().endswith("revision 0001 (newest 0001: up to date)")
+
+
+@pytest.mark.postgres
+def test_a_postgres_database_behind_head_is_refused_until_upgraded(
+    postgres_database: PostgresDatabase,
+) -> None:
+    postgres_database.reset()
+    database_url = postgres_database.url
+    refused = salvagelane("runs", "list", database=database_url)
+    assert refused.returncode == 1
+    assert "salvagelane db upgrade" in refused.stderr
+    upgrade = salvagelane("db", "upgrade", database=database_url)
+    assert upgrade.returncode == 0
+    assert "upgraded from an empty database to 0001" in upgrade.stdout
+    again = salvagelane("db", "upgrade", database=database_url)
+    assert "already at revision 0001" in again.stdout
+
+
+def test_the_default_database_is_a_file_in_the_working_directory(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "instructions", tmp_path / "instructions")
+    shutil.copytree(ROOT / "schemas", tmp_path / "schemas")
+    proc = salvagelane("run", "daily-triage", "--replay", str(FIXTURE), database="", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "database     sqlite:///salvagelane.db" in proc.stdout
+    assert (tmp_path / "salvagelane.db").is_file()
+
+
+def test_logs_are_json_lines_on_stderr_bound_to_the_run(tmp_path: Path) -> None:
+    database = f"sqlite:///{tmp_path / 'logs.db'}"
+    proc = salvagelane(
+        "--log-format", "json", "run", "daily-triage", "--replay", str(FIXTURE), "--json",
+        database=database,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    run_id = json.loads(proc.stdout)["run_id"]
+    events = [json.loads(line) for line in proc.stderr.splitlines()]
+    assert [e["event"] for e in events] == [
+        "run.started",
+        "attempt.stored",
+        "attempt.salvaged",
+        "run.finished",
+    ]
+    assert all(e["run_id"] == run_id and e["instruction"] == "daily-triage" for e in events)
+    assert all(e["timestamp"].endswith("Z") for e in events)

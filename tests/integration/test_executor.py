@@ -1,0 +1,445 @@
+"""The executor against a real database (SQLite and PostgreSQL) and the real connectors.
+
+Model answers come from the replay fixture or from the OpenAI-compatible connector over
+``httpx.MockTransport`` scripted per attempt, so retries, budgets and correction prompts
+are asserted on the requests the connector really sent.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import _executor_sinks as sink_targets
+import httpx
+import pytest
+from structlog.contextvars import merge_contextvars
+from structlog.testing import capture_logs
+
+from salvagelane import executor as executor_module
+from salvagelane.connectors import Connector, OpenAICompatibleConnector, ReplayConnector
+from salvagelane.definitions import Instruction, load_instruction
+from salvagelane.errors import StoreError
+from salvagelane.executor import Executor, Trigger
+from salvagelane.sinks import build_sinks
+from salvagelane.store import Store, upgrade
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "tests" / "fixtures" / "daily-triage-truncated"
+SECRET = "sk-executor-test-4c1d9e7f-never-stored"
+COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
+
+
+# --- set-up ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "instructions", tmp_path / "instructions")
+    shutil.copytree(ROOT / "schemas", tmp_path / "schemas")
+    return tmp_path
+
+
+def definition(project: Path, **replacements: str) -> Instruction:
+    path = project / "instructions" / "daily-triage.yaml"
+    text = path.read_text(encoding="utf-8")
+    for old, new in replacements.items():
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    path.write_text(text, encoding="utf-8")
+    return load_instruction(path)
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[Store]:
+    upgrade(database_url)
+    with Store.open(database_url) as opened:
+        yield opened
+
+
+def report(items: list[dict[str, Any]], summary: str = "Two things matter today.") -> str:
+    return json.dumps({"summary": summary, "recommendations": items}, indent=2)
+
+
+def items(count: int) -> list[dict[str, Any]]:
+    return [
+        dict(item, rank=rank) for rank, item in enumerate(COMPLETE["recommendations"][:count], 1)
+    ]
+
+
+@dataclass
+class Provider:
+    """Chat-completions answers, one per request, recording what was asked."""
+
+    answers: list[tuple[int, dict[str, Any]]]
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        assert request.headers["authorization"] == f"Bearer {SECRET}"
+        self.requests.append(json.loads(request.content))
+        status, body = self.answers.pop(0)
+        return httpx.Response(status, json=body)
+
+    def connector_for(self, client: httpx.Client) -> Callable[[Instruction], Connector]:
+        def build(instruction: Instruction) -> Connector:
+            return OpenAICompatibleConnector(
+                client,
+                base_url="https://llm.test/v1",
+                model=instruction.connector.model,
+                api_key_env=instruction.connector.api_key_env,
+                key_lookup=lambda name: SECRET,
+                sleep=lambda seconds: None,
+                max_attempts=1,
+            )
+
+        return build
+
+
+def chat(content: str, finish: str = "stop") -> tuple[int, dict[str, Any]]:
+    return 200, {
+        "id": "gen-1",
+        "model": "test/model",
+        "choices": [
+            {"message": {"role": "assistant", "content": content}, "finish_reason": finish}
+        ],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 50},
+    }
+
+
+@pytest.fixture
+def client_for() -> Iterator[Callable[[Provider], httpx.Client]]:
+    clients: list[httpx.Client] = []
+
+    def make(provider: Provider) -> httpx.Client:
+        client = httpx.Client(transport=httpx.MockTransport(provider.handler))
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+def replay_executor(store: Store, **kwargs: Any) -> Executor:
+    return Executor(store, connector_for=lambda instruction: ReplayConnector(FIXTURE), **kwargs)
+
+
+# --- the main job ------------------------------------------------------------------------------
+
+
+def test_replayed_truncated_report_is_stored_partial_with_the_cut_item_quarantined(
+    project: Path, store: Store
+) -> None:
+    instruction = definition(project)
+    outcome = replay_executor(store).run(instruction, trigger=Trigger.REPLAY)
+
+    assert (outcome.status, outcome.kept, outcome.candidates) == ("partial", 7, 8)
+    assert dict(outcome.quarantined) == {"truncated": 1}
+    assert (outcome.finish_reason, outcome.attempts, outcome.best_attempt) == ("length", 1, 1)
+
+    detail = store.get_run(outcome.run_id)
+    assert (detail.status, detail.trigger, detail.error) == ("partial", "replay", None)
+    assert detail.definition_sha256 == instruction.definition_sha256
+    assert detail.finished_at is not None
+    (attempt,) = detail.attempts
+    assert attempt.raw_output == (FIXTURE / "raw.txt").read_text(encoding="utf-8")
+    assert (attempt.finish_reason, attempt.native_finish_reason) == ("length", "length")
+    assert attempt.usage == {"prompt_tokens": 2874, "completion_tokens": 1400}
+    assert attempt.request["max_output_tokens"] == 4096
+    assert SECRET not in json.dumps(attempt.request)
+
+    assert detail.report is not None
+    assert detail.report.partial
+    assert detail.report.truncated
+    assert [item.data["rank"] for item in detail.report.items] == [1, 2, 3, 4, 5, 6, 7]
+    assert detail.report.items[0].data == COMPLETE["recommendations"][0]
+    assert detail.report.envelope["summary"] == COMPLETE["summary"]
+
+    (held,) = detail.quarantined
+    assert (held.reason, held.source_index, held.review_status) == ("truncated", 7, "pending")
+    assert held.provenance["instruction"] == "daily-triage"
+    assert held.provenance["finish_reason"] == "length"
+    assert held.provenance["schema_sha256"] == instruction.output.item_schema.sha256
+    assert held.provenance["definition_sha256"] == instruction.definition_sha256
+    assert held.repaired is not None
+    assert held.repaired["candidate"]
+    raw = attempt.raw_output
+    assert raw[held.span_start : held.span_end].lstrip().startswith("{")
+
+
+def test_two_runs_are_two_rows(project: Path, store: Store) -> None:
+    instruction = definition(project)
+    first = replay_executor(store).run(instruction)
+    second = replay_executor(store).run(instruction)
+    listed = [run.id for run in store.list_runs(instruction_id="daily-triage", limit=50)]
+    assert first.run_id != second.run_id
+    assert listed.index(second.run_id) < listed.index(first.run_id)  # newest first
+
+
+# --- retries -----------------------------------------------------------------------------------
+
+
+def test_nothing_salvaged_is_retried_with_a_correction_and_the_better_attempt_wins(
+    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+) -> None:
+    instruction = definition(project)
+    broken = items(3)
+    broken[0]["candidate"] = "made-up-workstream"
+    broken[1]["confidence"] = "very"
+    broken[2].pop("why")
+    provider = Provider([chat(report(broken)), chat(report(items(3)))])
+    executor = Executor(store, connector_for=provider.connector_for(client_for(provider)))
+
+    outcome = executor.run(instruction)
+
+    assert (outcome.status, outcome.kept, outcome.attempts, outcome.best_attempt) == ("ok", 3, 2, 2)
+    correction = provider.requests[1]["messages"][1]["content"]
+    original = provider.requests[0]["messages"][1]["content"]
+    assert correction.startswith(original.rstrip())
+    assert "item 0, allow_list at $.candidate" in correction
+    assert "item 1, schema at $.confidence: expected" in correction
+    assert "item 2, schema at $" in correction
+    assert "made-up-workstream" in correction  # the received value, for the model to fix
+    detail = store.get_run(outcome.run_id)
+    assert [a.number for a in detail.attempts] == [1, 2]
+    assert detail.attempts[0].outcome is not None
+    assert detail.attempts[0].outcome["retry_trigger"] == "nothing_salvaged"
+    assert detail.report is not None
+    assert detail.report.attempt_id == detail.attempts[1].id
+    # The first attempt's rejects are kept, marked superseded: never dropped, never pending.
+    assert sorted(q.reason for q in detail.quarantined) == ["allow_list", "schema", "schema"]
+    assert {q.review_status for q in detail.quarantined} == {"superseded"}
+
+
+def test_truncation_grows_the_token_budget_up_to_the_ceiling(
+    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+) -> None:
+    instruction = definition(
+        project,
+        **{
+            "attempts: 2\n": "attempts: 3\n  length_budget_factor: 3\n"
+            "  max_output_tokens_ceiling: 10000\n"
+        },
+    )
+    cut = report(items(5))[:1500]
+    provider = Provider([chat(cut, "length"), chat(cut, "length"), chat(report(items(5)))])
+    outcome = Executor(store, connector_for=provider.connector_for(client_for(provider))).run(
+        instruction
+    )
+    assert [r["max_tokens"] for r in provider.requests] == [4096, 10000, 10000]
+    assert "It was cut off before it ended" in provider.requests[1]["messages"][1]["content"]
+    assert (outcome.status, outcome.kept, outcome.best_attempt) == ("ok", 5, 3)
+
+
+def test_a_truncated_report_that_filled_the_cap_is_not_retried(project: Path, store: Store) -> None:
+    instruction = definition(project)
+    assert instruction.retry.attempts == 2
+    outcome = replay_executor(store).run(instruction)
+    assert outcome.attempts == 1
+
+
+def test_a_refused_call_fails_the_run_with_the_error_and_no_report(
+    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+) -> None:
+    instruction = definition(
+        project, **{"on: [nothing_salvaged, truncated]": "on: [provider_error]"}
+    )
+    provider = Provider(
+        [(401, {"error": {"message": f"bad key {SECRET}", "code": "invalid_api_key"}})]
+    )
+    outcome = Executor(store, connector_for=provider.connector_for(client_for(provider))).run(
+        instruction
+    )
+    assert outcome.status == "failed"
+    assert outcome.error is not None
+    assert "HTTP 401" in outcome.error
+    assert SECRET not in outcome.error
+    assert len(provider.requests) == 1  # a refused key is never worth another attempt
+    detail = store.get_run(outcome.run_id)
+    assert (detail.status, detail.report) == ("failed", None)
+    (attempt,) = detail.attempts
+    assert attempt.raw_output is None
+    assert attempt.http_status == 401
+    assert attempt.provider_error is not None
+    assert SECRET not in attempt.provider_error
+
+
+def test_an_error_inside_a_successful_response_is_retried_when_asked(
+    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+) -> None:
+    instruction = definition(
+        project, **{"on: [nothing_salvaged, truncated]": "on: [provider_error]"}
+    )
+    upstream = (200, {"error": {"message": "upstream model crashed", "code": 502}})
+    provider = Provider([upstream, chat(report(items(2)))])
+    outcome = Executor(store, connector_for=provider.connector_for(client_for(provider))).run(
+        instruction
+    )
+    assert (outcome.status, outcome.attempts, outcome.best_attempt) == ("ok", 2, 2)
+    assert "upstream model crashed" in provider.requests[1]["messages"][1]["content"]
+
+
+def test_output_with_no_usable_item_fails_the_run_but_keeps_every_reject(
+    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+) -> None:
+    instruction = definition(project, **{"attempts: 2\n": "attempts: 1\n"})
+    bad = items(2)
+    for item in bad:
+        item["candidate"] = "not-a-workstream"
+    provider = Provider([chat(report(bad))])
+    outcome = Executor(store, connector_for=provider.connector_for(client_for(provider))).run(
+        instruction
+    )
+    assert outcome.status == "failed"
+    assert outcome.error == "nothing usable: all 2 candidate(s) quarantined (allow_list 2)"
+    detail = store.get_run(outcome.run_id)
+    assert detail.report is not None
+    assert detail.report.items == []
+    assert [q.review_status for q in detail.quarantined] == ["pending", "pending"]
+
+
+# --- crashes and database failures -------------------------------------------------------------
+
+
+def test_a_crash_right_after_the_raw_output_is_stored_keeps_it_and_leaves_the_run_unfinished(
+    project: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def crash(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt  # what a killed process looks like from inside
+
+    monkeypatch.setattr(executor_module, "salvage", crash)
+    with pytest.raises(KeyboardInterrupt):
+        replay_executor(store).run(definition(project))
+    (run,) = store.list_runs(instruction_id="daily-triage", limit=1)
+    detail = store.get_run(run.id)
+    assert detail.status == "running"
+    assert detail.finished_at is None
+    assert detail.attempts[0].raw_output == (FIXTURE / "raw.txt").read_text(encoding="utf-8")
+    assert detail.report is None
+    assert detail.quarantined == []
+
+
+def test_a_bug_in_salvage_is_recorded_as_a_failed_run_and_surfaces(
+    project: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("scanner bug")
+
+    monkeypatch.setattr(executor_module, "salvage", broken)
+    with pytest.raises(RuntimeError, match="scanner bug"):
+        replay_executor(store).run(definition(project))
+    (run,) = store.list_runs(instruction_id="daily-triage", limit=1)
+    detail = store.get_run(run.id)
+    assert detail.status == "failed"
+    assert detail.error == "internal error: RuntimeError: scanner bug"
+    assert detail.attempts[0].raw_output is not None
+
+
+def test_a_database_error_while_persisting_leaves_no_half_written_report(
+    project: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = executor_module._quarantine_records
+
+    def unstorable(*args: Any, **kwargs: Any) -> list[Any]:
+        records = real(*args, **kwargs)
+        # Not JSON: the write fails inside the transaction, after the report row.
+        return [type(r)(**{**_as_dict(r), "repaired": object()}) for r in records]
+
+    monkeypatch.setattr(executor_module, "_quarantine_records", unstorable)
+    with pytest.raises(StoreError, match="finish run"):
+        replay_executor(store).run(definition(project))
+    (run,) = store.list_runs(instruction_id="daily-triage", limit=1)
+    detail = store.get_run(run.id)
+    assert detail.report is None
+    assert detail.quarantined == []
+    assert detail.status == "failed"
+    assert detail.error is not None
+    assert detail.error.startswith("internal error: StoreError")
+    assert detail.attempts[0].raw_output is not None
+
+
+def _as_dict(record: Any) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in record.__dataclass_fields__}
+
+
+# --- sinks and logs ----------------------------------------------------------------------------
+
+
+def test_sinks_get_the_stored_report_and_a_failing_one_is_recorded_and_redelivered(
+    project: Path, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    instruction = definition(
+        project,
+        **{
+            "\nretry:\n": f"""
+sinks:
+  - kind: json_file
+    path: {out}/{{instruction}}-{{run_id}}.json
+  - kind: callable
+    callable: _executor_sinks:flaky
+retry:
+"""
+        },
+    )
+    monkeypatch.setattr(sink_targets, "FAIL", True)
+    executor = Executor(
+        store,
+        connector_for=lambda _: ReplayConnector(FIXTURE),
+        sinks_for=lambda spec: build_sinks(spec.sinks, client=httpx.Client()),
+    )
+    outcome = executor.run(instruction)
+
+    assert [(d.kind, d.ok) for d in outcome.deliveries] == [
+        ("json_file", True),
+        ("callable", False),
+    ]
+    written = json.loads((out / f"daily-triage-{outcome.run_id}.json").read_text(encoding="utf-8"))
+    assert written == store.get_report_payload(outcome.run_id)
+    assert (written["run_id"], written["partial"], written["status"]) == (
+        outcome.run_id,
+        True,
+        "partial",
+    )
+    assert [item["rank"] for item in written["items"]] == [1, 2, 3, 4, 5, 6, 7]
+    detail = store.get_run(outcome.run_id)
+    assert detail.sink_status == "failed"
+    assert detail.report is not None
+    assert len(detail.report.items) == 7
+
+    monkeypatch.setattr(sink_targets, "FAIL", False)
+    again = executor.redeliver(instruction, outcome.run_id)
+    assert [d.ok for d in again] == [True, True]
+    assert sink_targets.RECEIVED[-1] == written
+    detail = store.get_run(outcome.run_id)
+    assert detail.sink_status == "delivered"
+    assert [(d.kind, d.status) for d in detail.deliveries] == [
+        ("json_file", "delivered"),
+        ("callable", "failed"),
+        ("json_file", "delivered"),
+        ("callable", "delivered"),
+    ]
+
+
+def test_every_log_line_of_a_run_carries_its_id_and_no_secret(
+    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+) -> None:
+    instruction = definition(project)
+    provider = Provider([chat(report(items(2)))])
+    with capture_logs(processors=[merge_contextvars]) as logs:
+        outcome = Executor(store, connector_for=provider.connector_for(client_for(provider))).run(
+            instruction
+        )
+    events = [entry["event"] for entry in logs]
+    assert events[0] == "run.started"
+    assert events[-1] == "run.finished"
+    assert {"attempt.stored", "attempt.salvaged"} <= set(events)
+    assert all(entry.get("run_id") == outcome.run_id for entry in logs)
+    assert all(entry.get("instruction") == "daily-triage" for entry in logs)
+    assert SECRET not in json.dumps(logs, default=str)
+    finished = logs[-1]
+    assert (finished["status"], finished["kept"], finished["quarantined"]) == ("ok", 2, 0)
