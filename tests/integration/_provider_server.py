@@ -22,7 +22,8 @@ from typing import Any, Literal
 import httpx
 import pytest
 
-from salvagelane.connectors import CompletionRequest
+from salvagelane.connectors import CompletionRequest, Connector
+from salvagelane.errors import ProviderError
 
 PROVIDERS = Path(__file__).resolve().parents[1] / "fixtures" / "providers"
 
@@ -172,6 +173,38 @@ def client() -> Iterator[httpx.Client]:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+# --- connectors aimed at the server ---------------------------------------------------------
+
+
+def connector_options(server: ScriptedServer, clock: FakeClock, **overrides: Any) -> dict[str, Any]:
+    """Keyword arguments for an HTTP connector calling ``server`` with the test key (the
+    caller sets KEY_ENV), the fake clock and tight limits; ``overrides`` win."""
+    options: dict[str, Any] = {
+        "base_url": server.base_url,
+        "api_key_env": KEY_ENV,
+        "timeout_seconds": 5.0,
+        "deadline_seconds": 60.0,
+        "max_response_bytes": 64 * 1024,
+        "clock": clock,
+        "sleep": clock.sleep,
+    }
+    options.update(overrides)
+    return options
+
+
+def assert_secret_kept_out(connector: Connector, calls: int) -> None:
+    """Each of the next ``calls`` calls fails with SECRET redacted from the error (its
+    message, repr, args and cause), and the connector's repr never shows it."""
+    for _ in range(calls):
+        with pytest.raises(ProviderError) as caught:
+            connector.complete(REQUEST)
+        error = caught.value
+        assert "[REDACTED]" in str(error)
+        for rendering in (str(error), repr(error), repr(error.args), repr(error.__cause__)):
+            assert SECRET not in rendering
+    assert SECRET not in repr(connector)
 
 
 # --- recorded provider shapes ----------------------------------------------------------------

@@ -19,8 +19,10 @@ from _provider_server import (  # the fixtures are used by name
     FakeClock,
     Scripted,
     ScriptedServer,
+    assert_secret_kept_out,
     client,
     clock,
+    connector_options,
     server,
 )
 
@@ -41,18 +43,9 @@ def connect(
     monkeypatch.setenv(KEY_ENV, SECRET)
 
     def make(**overrides: Any) -> OpenAICompatibleConnector:
-        options: dict[str, Any] = {
-            "base_url": server.base_url,
-            "model": "test-model",
-            "api_key_env": KEY_ENV,
-            "structured_output": False,
-            "timeout_seconds": 5.0,
-            "deadline_seconds": 60.0,
-            "max_response_bytes": 64 * 1024,
-            "clock": clock,
-            "sleep": clock.sleep,
-        }
-        options.update(overrides)
+        options = connector_options(
+            server, clock, **{"model": "test-model", "structured_output": False, **overrides}
+        )
         return OpenAICompatibleConnector(client, **options)
 
     return make
@@ -331,16 +324,7 @@ def test_key_never_appears_in_errors_or_reprs(server: ScriptedServer, connect: A
     echo = {"error": {"message": f"invalid key Bearer {SECRET}", "code": "invalid_api_key"}}
     server.script.append(Scripted(status=401, body=echo))
     server.script.append(Scripted(body=f"not json, key={SECRET}".encode()))
-    connector = connect()
-
-    for _ in range(2):
-        with pytest.raises(ProviderError) as caught:
-            connector.complete(REQUEST)
-        error = caught.value
-        assert "[REDACTED]" in str(error)
-        for rendering in (str(error), repr(error), repr(error.args), repr(error.__cause__)):
-            assert SECRET not in rendering
-    assert SECRET not in repr(connector)
+    assert_secret_kept_out(connect(), calls=2)
     assert server.requests[0].headers["authorization"] == f"Bearer {SECRET}"
 
 

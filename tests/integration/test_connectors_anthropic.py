@@ -16,8 +16,10 @@ from _provider_server import (  # the fixtures are used by name
     FakeClock,
     Scripted,
     ScriptedServer,
+    assert_secret_kept_out,
     client,
     clock,
+    connector_options,
     provider_json,
     server,
 )
@@ -39,17 +41,7 @@ def connect(server: ScriptedServer, client: Any, clock: FakeClock, monkeypatch: 
     monkeypatch.setenv(KEY_ENV, SECRET)
 
     def make(**overrides: Any) -> AnthropicConnector:
-        options: dict[str, Any] = {
-            "base_url": server.base_url,
-            "model": "claude-test",
-            "api_key_env": KEY_ENV,
-            "timeout_seconds": 5.0,
-            "deadline_seconds": 60.0,
-            "max_response_bytes": 64 * 1024,
-            "clock": clock,
-            "sleep": clock.sleep,
-        }
-        options.update(overrides)
+        options = connector_options(server, clock, **{"model": "claude-test", **overrides})
         return AnthropicConnector(client, **options)
 
     return make
@@ -241,13 +233,4 @@ def test_key_never_appears_in_errors_or_reprs(server: ScriptedServer, connect: A
     echo = {"type": "error", "error": {"type": "authentication_error", "message": SECRET}}
     server.script.append(Scripted(status=401, body=echo))
     server.script.append(Scripted(body=f"oops {SECRET}".encode()))
-    connector = connect()
-
-    for _ in range(2):
-        with pytest.raises(ProviderError) as caught:
-            connector.complete(REQUEST)
-        error = caught.value
-        assert "[REDACTED]" in str(error)
-        for rendering in (str(error), repr(error), repr(error.args), repr(error.__cause__)):
-            assert SECRET not in rendering
-    assert SECRET not in repr(connector)
+    assert_secret_kept_out(connect(), calls=2)

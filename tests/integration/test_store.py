@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,26 @@ def item(data: Any, index: int = 0) -> ReportItemRecord:
     )
 
 
+def finish(
+    store: Store,
+    run_id: str,
+    *,
+    status: str = "partial",
+    error: str | None = None,
+    report: ReportRecord | None = None,
+    quarantined: Sequence[QuarantineRecord] = (),
+) -> None:
+    """``finish_run`` at LATER; unless told, partial, without error, report or quarantine."""
+    store.finish_run(
+        run_id,
+        status=status,
+        finished_at=LATER,
+        error=error,
+        report=report,
+        quarantined=quarantined,
+    )
+
+
 def quarantine(attempt_id: str, **changes: Any) -> QuarantineRecord:
     values: dict[str, Any] = {
         "attempt_id": attempt_id,
@@ -130,11 +151,9 @@ def test_a_run_round_trips_through_every_write(store: Store) -> None:
             origin="operator",
         ),
     )
-    store.finish_run(
+    finish(
+        store,
         run_id,
-        status="partial",
-        finished_at=LATER,
-        error=None,
         report=report_of(second, *kept),
         quarantined=[quarantine(second), quarantine(first, review_status="superseded")],
     )
@@ -294,9 +313,7 @@ def test_a_run_is_finished_only_once(store: Store) -> None:
     store.fail_run(run_id, finished_at=LATER, error="worker died", status="interrupted")
 
     with pytest.raises(StoreError, match="already interrupted"):
-        store.finish_run(
-            run_id, status="ok", finished_at=LATER, error=None, report=None, quarantined=[]
-        )
+        finish(store, run_id, status="ok")
     with pytest.raises(StoreError, match="already interrupted"):
         store.fail_run(run_id, finished_at=LATER, error="again")
     assert store.get_run(run_id).error == "worker died"
@@ -309,9 +326,7 @@ def test_statuses_outside_the_vocabulary_are_refused(store: Store) -> None:
     with pytest.raises(ValueError, match="expected one of failed, interrupted"):
         store.fail_run(run_id, finished_at=LATER, error="x", status=ok)
     with pytest.raises(ValueError, match="expected one of"):
-        store.finish_run(
-            run_id, status=running, finished_at=LATER, error=None, report=None, quarantined=[]
-        )
+        finish(store, run_id, status=running)
     assert store.get_run(run_id).status == "running"
     with pytest.raises(ValueError, match="trigger 'cron': expected one of"):
         store.start_run(
@@ -341,14 +356,7 @@ def test_report_and_quarantine_must_name_attempts_of_the_run(store: Store) -> No
     other_attempt = attempt(store, start(store))
 
     with pytest.raises(NotFoundError, match=f"run {run_id} has no attempt {other_attempt}"):
-        store.finish_run(
-            run_id,
-            status="partial",
-            finished_at=LATER,
-            error=None,
-            report=None,
-            quarantined=[quarantine(other_attempt)],
-        )
+        finish(store, run_id, quarantined=[quarantine(other_attempt)])
     assert store.get_run(run_id).status == "running"
 
 
@@ -404,7 +412,7 @@ def test_finish_run_writes_all_or_nothing(
     writes.update(break_it(attempt_id))
 
     with pytest.raises(StoreError, match=f"finish run {run_id} failed"):
-        store.finish_run(run_id, status="partial", finished_at=LATER, error=None, **writes)
+        finish(store, run_id, **writes)
 
     detail = store.get_run(run_id)
     assert detail.status == "running"
@@ -416,27 +424,26 @@ def test_finish_run_writes_all_or_nothing(
     assert _count_rows(database_url, "reports", "report_items", "quarantined_items") == 0
 
     # The failed transaction left nothing behind that blocks the retry.
-    store.finish_run(
-        run_id,
-        status="partial",
-        finished_at=LATER,
-        error=None,
-        report=report_of(attempt_id, item({"title": "a"})),
-        quarantined=[],
-    )
+    finish(store, run_id, report=report_of(attempt_id, item({"title": "a"})))
     assert store.get_report_payload(run_id)["items"] == [{"title": "a"}]
 
 
-def _count_rows(url: str, *tables: str) -> int:
-    engine = make_engine(url)
+@contextmanager
+def _engine(url: str, **options: Any) -> Iterator[sa.Engine]:
+    """An engine of its own, beside any store, disposed afterwards."""
+    engine = make_engine(url, **options)
     try:
-        with engine.connect() as connection:
-            return sum(
-                connection.execute(sa.select(sa.func.count()).select_from(sa.table(t))).scalar_one()
-                for t in tables
-            )
+        yield engine
     finally:
         engine.dispose()
+
+
+def _count_rows(url: str, *tables: str) -> int:
+    with _engine(url) as engine, engine.connect() as connection:
+        return sum(
+            connection.execute(sa.select(sa.func.count()).select_from(sa.table(t))).scalar_one()
+            for t in tables
+        )
 
 
 # --- text the model produced -------------------------------------------------------------------
@@ -448,10 +455,9 @@ def test_nul_and_undecodable_bytes_are_stored_without_aborting(store: Store) -> 
     attempt_id = attempt(store, run_id, raw=raw, provider_error="bad\x00byte", stream_error="\x00")
     data = {"t": "a\x00b", "lone": "\udcff", "nested": ["\x00", {"k\x00": 1}]}
     envelope = {"note": "\x00 in envelope"}
-    store.finish_run(
+    finish(
+        store,
         run_id,
-        status="partial",
-        finished_at=LATER,
         error="run error \x00",
         report=report_of(attempt_id, item(data), envelope=envelope),
         quarantined=[
@@ -558,12 +564,8 @@ def test_a_database_not_at_head_is_refused(database_url: str) -> None:
     assert "run `salvagelane db upgrade`" in str(caught.value)
 
     upgrade(database_url)
-    engine = make_engine(database_url)
-    try:
-        with engine.begin() as connection:
-            connection.exec_driver_sql("UPDATE alembic_version SET version_num = '0000'")
-    finally:
-        engine.dispose()
+    with _engine(database_url) as engine, engine.begin() as connection:
+        connection.exec_driver_sql("UPDATE alembic_version SET version_num = '0000'")
     with pytest.raises(StoreError, match=r"at revision 0000, this salvagelane needs 0001"):
         Store.open(database_url, auto_upgrade=True)
 
@@ -577,12 +579,8 @@ def test_a_new_sqlite_file_is_created_at_head(tmp_path: Path) -> None:
 
 def test_an_unmigrated_sqlite_file_with_tables_is_not_touched(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'other.db'}"
-    engine = make_engine(url)
-    try:
-        with engine.begin() as connection:
-            connection.exec_driver_sql("CREATE TABLE unrelated (x INTEGER)")
-    finally:
-        engine.dispose()
+    with _engine(url) as engine, engine.begin() as connection:
+        connection.exec_driver_sql("CREATE TABLE unrelated (x INTEGER)")
     with pytest.raises(StoreError, match="salvagelane db upgrade"):
         Store.open(url)
     assert current_revision(url) is None
@@ -640,31 +638,27 @@ def test_unusable_database_urls_are_refused(given: str | None, message: str) -> 
 
 
 def test_sqlite_connections_use_wal_busy_timeout_and_foreign_keys(tmp_path: Path) -> None:
-    engine = make_engine(f"sqlite:///{tmp_path / 'p.db'}")
-    try:
-        with engine.connect() as connection:
-            pragma = connection.exec_driver_sql
-            assert pragma("PRAGMA journal_mode").scalar_one() == "wal"
-            assert pragma("PRAGMA busy_timeout").scalar_one() == 30_000
-            assert pragma("PRAGMA foreign_keys").scalar_one() == 1
-    finally:
-        engine.dispose()
+    with _engine(f"sqlite:///{tmp_path / 'p.db'}") as engine, engine.connect() as connection:
+        pragma = connection.exec_driver_sql
+        assert pragma("PRAGMA journal_mode").scalar_one() == "wal"
+        assert pragma("PRAGMA busy_timeout").scalar_one() == 30_000
+        assert pragma("PRAGMA foreign_keys").scalar_one() == 1
 
 
 def test_sqlite_transactions_take_the_write_lock_when_they_begin(tmp_path: Path) -> None:
     # BEGIN IMMEDIATE: even a transaction that has only read holds the write lock, so a
     # second writer waits (here: 0.1 s) and then fails instead of deadlocking later.
-    engine = make_engine(f"sqlite:///{tmp_path / 'lock.db'}", busy_timeout=0.1)
-    try:
-        with engine.connect() as first, engine.connect() as second:
-            first.exec_driver_sql("SELECT 1")
-            assert first.in_transaction()
-            with pytest.raises(sa.exc.OperationalError, match="database is locked"):
-                second.exec_driver_sql("SELECT 1")
-            first.rollback()
-            assert second.exec_driver_sql("SELECT 1").scalar_one() == 1
-    finally:
-        engine.dispose()
+    with (
+        _engine(f"sqlite:///{tmp_path / 'lock.db'}", busy_timeout=0.1) as engine,
+        engine.connect() as first,
+        engine.connect() as second,
+    ):
+        first.exec_driver_sql("SELECT 1")
+        assert first.in_transaction()
+        with pytest.raises(sa.exc.OperationalError, match="database is locked"):
+            second.exec_driver_sql("SELECT 1")
+        first.rollback()
+        assert second.exec_driver_sql("SELECT 1").scalar_one() == 1
 
 
 def test_two_stores_on_one_sqlite_file_write_concurrently(tmp_path: Path) -> None:
@@ -683,11 +677,9 @@ def test_two_stores_on_one_sqlite_file_write_concurrently(tmp_path: Path) -> Non
                     run_id = start(store, instruction_id=instruction_id)
                     attempt_id = attempt(store, run_id)
                     store.heartbeat(run_id, LATER)
-                    store.finish_run(
+                    finish(
+                        store,
                         run_id,
-                        status="partial",
-                        finished_at=LATER,
-                        error=None,
                         report=report_of(attempt_id, item({"title": "a"})),
                         quarantined=[quarantine(attempt_id)],
                     )
@@ -708,3 +700,27 @@ def test_two_stores_on_one_sqlite_file_write_concurrently(tmp_path: Path) -> Non
             assert {(r.status, r.kept_count, r.quarantined_count) for r in runs} == {
                 ("partial", 1, 1)
             }
+
+
+def test_processes_opening_a_new_sqlite_file_at_once_all_succeed(tmp_path: Path) -> None:
+    # Three openers of a brand-new file race to switch it to WAL; SQLite answers some of
+    # them "database is locked" without waiting (about 1 in 12 files before the retry).
+    failures: list[BaseException] = []
+    for number in range(40):
+        url = f"sqlite:///{tmp_path / f'new-{number}.db'}"
+        barrier = threading.Barrier(3)
+
+        def open_and_read(url: str = url, barrier: threading.Barrier = barrier) -> None:
+            try:
+                barrier.wait()
+                with Store.open(url) as store:
+                    store.list_runs()
+            except BaseException as exc:  # reported by the main thread
+                failures.append(exc)
+
+        threads = [threading.Thread(target=open_and_read) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert failures == []

@@ -21,6 +21,7 @@ from _provider_server import (  # the fixtures are used by name
     ScriptedServer,
     client,
     clock,
+    connector_options,
     provider_events,
     provider_json,
     server,
@@ -45,18 +46,7 @@ ANTHROPIC = provider_events("anthropic-stream.sse")
 
 
 def _options(server: ScriptedServer, clock: FakeClock, overrides: dict[str, Any]) -> dict[str, Any]:
-    options: dict[str, Any] = {
-        "base_url": server.base_url,
-        "api_key_env": KEY_ENV,
-        "stream": True,
-        "timeout_seconds": 5.0,
-        "deadline_seconds": 60.0,
-        "max_response_bytes": 64 * 1024,
-        "clock": clock,
-        "sleep": clock.sleep,
-    }
-    options.update(overrides)
-    return options
+    return connector_options(server, clock, **{"stream": True, **overrides})
 
 
 @pytest.fixture
@@ -87,37 +77,58 @@ def anthropic_through_first_item() -> list[bytes]:
 # --- complete streams ------------------------------------------------------------------------
 
 
-def test_openai_stream(server: ScriptedServer, openai: Any) -> None:
-    server.script.append(streamed(OPENAI))
-    completion = openai().complete(REQUEST)
+@pytest.mark.parametrize(
+    ("connect", "events", "native", "usage", "model", "request_id", "stream_options"),
+    [
+        pytest.param(
+            "openai",
+            OPENAI,
+            "stop",
+            {"prompt_tokens": 19, "completion_tokens": 31},
+            "gpt-4.1-2025-04-14",
+            "chatcmpl-stream1",
+            {"include_usage": True},
+            id="openai",
+        ),
+        pytest.param(
+            "anthropic",
+            ANTHROPIC,
+            "end_turn",
+            {"prompt_tokens": 25, "completion_tokens": 31},
+            "claude-sonnet-4-5-20250929",
+            "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY",
+            None,  # Anthropic streams have no such option
+            id="anthropic",
+        ),
+    ],
+)
+def test_complete_stream(
+    request: pytest.FixtureRequest,
+    server: ScriptedServer,
+    connect: str,
+    events: list[bytes],
+    native: str,
+    usage: dict[str, int],
+    model: str,
+    request_id: str,
+    stream_options: dict[str, Any] | None,
+) -> None:
+    server.script.append(streamed(events))
+    completion = request.getfixturevalue(connect)().complete(REQUEST)
 
     assert completion.text == FULL_TEXT
     assert completion.finish_reason is FinishReason.STOP
-    assert completion.native_finish_reason == "stop"
-    assert completion.usage == {"prompt_tokens": 19, "completion_tokens": 31}
-    assert completion.model == "gpt-4.1-2025-04-14"
-    assert completion.request_id == "chatcmpl-stream1"
+    assert completion.native_finish_reason == native
+    assert completion.usage == usage
+    assert completion.model == model
+    assert completion.request_id == request_id
     assert completion.stream_error is None
     assert completion.attempts == 1
 
     [sent] = server.requests
     assert sent.body["stream"] is True
-    assert sent.body["stream_options"] == {"include_usage": True}
+    assert sent.body.get("stream_options") == stream_options
     assert sent.headers["accept"] == "text/event-stream"
-
-
-def test_anthropic_stream(server: ScriptedServer, anthropic: Any) -> None:
-    server.script.append(streamed(ANTHROPIC))
-    completion = anthropic().complete(REQUEST)
-
-    assert completion.text == FULL_TEXT
-    assert completion.finish_reason is FinishReason.STOP
-    assert completion.native_finish_reason == "end_turn"
-    assert completion.usage == {"prompt_tokens": 25, "completion_tokens": 31}
-    assert completion.model == "claude-sonnet-4-5-20250929"
-    assert completion.request_id == "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY"
-    assert completion.stream_error is None
-    assert server.requests[0].body["stream"] is True
 
 
 def test_anthropic_stream_hitting_max_tokens(server: ScriptedServer, anthropic: Any) -> None:

@@ -21,23 +21,20 @@ API's versioning policy asks.
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 import httpx
 
-from salvagelane import environment
 from salvagelane.connectors.base import Completion, CompletionRequest
 from salvagelane.connectors.http import (
+    ConnectorOptions,
     HttpConnector,
-    HttpSettings,
     StreamState,
     error_in_body,
+    event_object,
     int_or_none,
-    preview,
     str_or_none,
+    unexpected_body,
 )
 from salvagelane.connectors.sse import ServerSentEvent
 from salvagelane.core.finish import FinishReason, canonical_finish_reason
@@ -66,37 +63,9 @@ class AnthropicConnector(HttpConnector):
         api_key_env: str | None,
         base_url: str = DEFAULT_BASE_URL,
         anthropic_version: str = DEFAULT_VERSION,
-        structured_output: bool = False,
-        stream: bool = False,
-        timeout_seconds: float = 60.0,
-        deadline_seconds: float = 300.0,
-        max_response_bytes: int = 4 * 1024 * 1024,
-        max_attempts: int = 5,
-        backoff_seconds: float = 0.5,
-        max_backoff_seconds: float = 30.0,
-        key_lookup: Callable[[str], str] = environment.api_key,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        **options: Unpack[ConnectorOptions],
     ):
-        super().__init__(
-            client,
-            base_url=base_url,
-            model=model,
-            api_key_env=api_key_env,
-            structured_output=structured_output,
-            stream=stream,
-            settings=HttpSettings(
-                timeout_seconds=timeout_seconds,
-                deadline_seconds=deadline_seconds,
-                max_response_bytes=max_response_bytes,
-                max_attempts=max_attempts,
-                backoff_seconds=backoff_seconds,
-                max_backoff_seconds=max_backoff_seconds,
-            ),
-            key_lookup=key_lookup,
-            clock=clock,
-            sleep=sleep,
-        )
+        super().__init__(client, base_url=base_url, model=model, api_key_env=api_key_env, **options)
         self.anthropic_version = anthropic_version
 
     @property
@@ -119,12 +88,8 @@ class AnthropicConnector(HttpConnector):
             body["stream"] = True
         return body
 
-    def headers(self, key: str | None) -> dict[str, str]:
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "text/event-stream" if self.stream else "application/json",
-            "anthropic-version": self.anthropic_version,
-        }
+    def provider_headers(self, key: str | None) -> dict[str, str]:
+        headers = {"anthropic-version": self.anthropic_version}
         if key is not None:
             headers["x-api-key"] = key
         return headers
@@ -139,12 +104,7 @@ class AnthropicConnector(HttpConnector):
             raise _error_object(self.url, status, data.get("error"), key, "error in a 2xx answer")
         content = data.get("content")
         if not isinstance(content, list):
-            raise ProviderError(
-                f"{self.url}: HTTP {status}: expected a content array: "
-                f"{preview(json.dumps(data), key)}",
-                status=status,
-                retryable=False,
-            )
+            raise unexpected_body(self.url, status, data, key, "a content array")
         native = str_or_none(data.get("stop_reason"))
         canonical = canonical_finish_reason(native)
         usage = data.get("usage")
@@ -173,17 +133,7 @@ class AnthropicConnector(HttpConnector):
         )
 
     def on_event(self, state: StreamState, event: ServerSentEvent, key: str | None) -> None:
-        try:
-            data: Any = json.loads(event.data)
-        except json.JSONDecodeError:
-            data = None
-        if not isinstance(data, dict):
-            raise ProviderError(
-                f"{self.url}: HTTP 200: {event.event} event data is not a JSON object: "
-                f"{preview(event.data, key)}",
-                status=200,
-                retryable=False,
-            )
+        data = event_object(self.url, event, key, f"{event.event} event data")
         kind = str_or_none(data.get("type")) or event.event
         if kind == "message_start":
             message = data.get("message")

@@ -9,7 +9,7 @@ import httpx
 from salvagelane.connectors.anthropic import DEFAULT_BASE_URL as ANTHROPIC_BASE_URL
 from salvagelane.connectors.anthropic import DEFAULT_VERSION, AnthropicConnector
 from salvagelane.connectors.base import Connector
-from salvagelane.connectors.http import HttpSettings
+from salvagelane.connectors.http import ConnectorOptions, HttpSettings
 from salvagelane.connectors.openai_compatible import OpenAICompatibleConnector
 from salvagelane.connectors.replay import ReplayConnector
 from salvagelane.definitions.model import Connector as ConnectorSpec
@@ -41,6 +41,12 @@ def build_connector(
             raise ConnectorError("connector.fixture: a replay connector needs a fixture, got none")
         return ReplayConnector(spec.fixture)
     deadline = HttpSettings().deadline_seconds if deadline_seconds is None else deadline_seconds
+    options: ConnectorOptions = {
+        "structured_output": spec.structured_output,
+        "stream": spec.stream,
+        "timeout_seconds": spec.timeout_seconds,
+        "deadline_seconds": deadline,
+    }
     if spec.kind is ConnectorKind.OPENAI:
         return OpenAICompatibleConnector(
             client,
@@ -48,10 +54,7 @@ def build_connector(
             model=spec.model,
             api_key_env=spec.api_key_env,
             max_tokens_field=spec.max_tokens_field or "max_tokens",
-            structured_output=spec.structured_output,
-            stream=spec.stream,
-            timeout_seconds=spec.timeout_seconds,
-            deadline_seconds=deadline,
+            **options,
         )
     if spec.kind is ConnectorKind.ANTHROPIC:
         return AnthropicConnector(
@@ -60,10 +63,7 @@ def build_connector(
             model=spec.model,
             api_key_env=spec.api_key_env,
             anthropic_version=spec.anthropic_version or DEFAULT_VERSION,
-            structured_output=spec.structured_output,
-            stream=spec.stream,
-            timeout_seconds=spec.timeout_seconds,
-            deadline_seconds=deadline,
+            **options,
         )
     raise ConnectorError(  # pragma: no cover - a new ConnectorKind without a connector
         f"connector.kind: no connector implements {spec.kind.value!r}"

@@ -21,11 +21,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypedDict, TypeVar, Unpack
 
 import httpx
 import tenacity
 
+from salvagelane import environment
 from salvagelane.connectors.base import Completion, CompletionRequest
 from salvagelane.connectors.sse import ServerSentEvent, decode_utf8, iter_events
 from salvagelane.core.finish import FinishReason, canonical_finish_reason
@@ -166,7 +167,65 @@ def json_object(
     return data
 
 
+def unexpected_body(
+    url: str, status: int, data: Mapping[str, Any], secret: str | None, expected: str
+) -> ProviderError:
+    """The non-retryable error for a 2xx JSON object lacking what the provider promised."""
+    return ProviderError(
+        f"{url}: HTTP {status}: expected {expected}: {preview(json.dumps(data), secret)}",
+        status=status,
+        retryable=False,
+    )
+
+
+def event_object(url: str, event: ServerSentEvent, secret: str | None, what: str) -> dict[str, Any]:
+    """The JSON object in an event's data, or a non-retryable error naming ``what`` it is."""
+    try:
+        data: Any = json.loads(event.data)
+    except json.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        raise ProviderError(
+            f"{url}: HTTP 200: {what} is not a JSON object: {preview(event.data, secret)}",
+            status=200,
+            retryable=False,
+        )
+    return data
+
+
 # --- the deadline and the retry loop ---------------------------------------------------------
+
+
+class CallOptions(TypedDict, total=False):
+    """Keyword arguments shared by everything that calls out over HTTP (the connectors and
+    the webhook sink). All optional: the numbers default to the caller's HttpSettings,
+    ``key_lookup`` to :func:`salvagelane.environment.api_key`, ``clock`` and ``sleep`` to
+    real time (tests inject fakes)."""
+
+    timeout_seconds: float
+    deadline_seconds: float
+    max_attempts: int
+    backoff_seconds: float
+    max_backoff_seconds: float
+    key_lookup: Callable[[str], str]
+    clock: Callable[[], float]
+    sleep: Callable[[float], None]
+
+
+class ConnectorOptions(CallOptions, total=False):
+    """The keyword arguments every HTTP connector accepts besides its endpoint and model."""
+
+    max_response_bytes: int
+    structured_output: bool
+    stream: bool
+
+
+def reject_unknown(owner: str, options: Mapping[str, object], known: frozenset[str]) -> None:
+    """Raise TypeError for a keyword argument outside ``known``, as Python would for an
+    explicit parameter list: a TypedDict for ``**options`` is checked only statically."""
+    for name in options:
+        if name not in known:
+            raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -179,6 +238,13 @@ class HttpSettings:
     max_attempts: int = 5
     backoff_seconds: float = 0.5
     max_backoff_seconds: float = 30.0
+
+    @classmethod
+    def of(cls, options: Mapping[str, object], **defaults: Any) -> HttpSettings:
+        """The settings a caller's keyword ``options`` name; the rest from ``defaults``,
+        else this class's own. Other options (``clock``, ``stream``, ...) are ignored."""
+        given = {f.name: options[f.name] for f in dataclasses.fields(cls) if f.name in options}
+        return cls(**{**defaults, **given})
 
     def problem(self) -> str | None:
         """What is unusable about these settings, or None; callers raise their own error."""
@@ -233,6 +299,16 @@ class HttpCaller:
         self._backoff = tenacity.wait_exponential(
             multiplier=settings.backoff_seconds, max=settings.max_backoff_seconds
         ) + tenacity.wait_random(0, settings.backoff_seconds)
+
+    @classmethod
+    def of(cls, client: httpx.Client, settings: HttpSettings, options: CallOptions) -> HttpCaller:
+        """A caller using the ``clock`` and ``sleep`` in a caller's keyword ``options``, if any."""
+        return cls(
+            client,
+            settings,
+            clock=options.get("clock", time.monotonic),
+            sleep=options.get("sleep", time.sleep),
+        )
 
     def run(self, target: str, attempt: Callable[[Deadline], T]) -> tuple[T, int]:
         """``attempt``'s result and how many attempts it took.
@@ -473,7 +549,8 @@ class HttpConnector(abc.ABC):
 
     The API key is read through ``key_lookup`` at call time, sent only in a header, and
     scrubbed from every message. With ``stream`` the answer is read as server-sent events
-    (see :func:`read_stream`).
+    (see :func:`read_stream`). The keyword ``options`` are :class:`ConnectorOptions`; the
+    numbers among them default to :class:`HttpSettings`'s.
     """
 
     #: Response header holding the provider's request id.
@@ -486,24 +563,21 @@ class HttpConnector(abc.ABC):
         base_url: str,
         model: str,
         api_key_env: str | None,
-        structured_output: bool,
-        stream: bool,
-        settings: HttpSettings,
-        key_lookup: Callable[[str], str],
-        clock: Callable[[], float],
-        sleep: Callable[[float], None],
+        **options: Unpack[ConnectorOptions],
     ):
+        reject_unknown(type(self).__name__, options, ConnectorOptions.__optional_keys__)
+        settings = HttpSettings.of(options)
         problem = settings.problem()
         if problem is not None:
             raise ConnectorError(f"{type(self).__name__}: {problem}")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env
-        self.structured_output = structured_output
-        self.stream = stream
+        self.structured_output = options.get("structured_output", False)
+        self.stream = options.get("stream", False)
         self.settings = settings
-        self._http = HttpCaller(client, settings, clock=clock, sleep=sleep)
-        self._key_lookup = key_lookup
+        self._http = HttpCaller.of(client, settings, options)
+        self._key_lookup = options.get("key_lookup", environment.api_key)
 
     def __repr__(self) -> str:
         return (
@@ -519,9 +593,18 @@ class HttpConnector(abc.ABC):
     def request_body(self, request: CompletionRequest) -> dict[str, Any]:
         """The JSON body sent for ``request`` (no secrets: the key goes in a header)."""
 
-    @abc.abstractmethod
     def headers(self, key: str | None) -> dict[str, str]:
-        """The request headers, carrying the key."""
+        """The request headers: JSON sent, JSON or an event stream asked for, then the
+        provider's own."""
+        return {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream" if self.stream else "application/json",
+            **self.provider_headers(key),
+        }
+
+    @abc.abstractmethod
+    def provider_headers(self, key: str | None) -> dict[str, str]:
+        """The provider's request headers, carrying the key."""
 
     @abc.abstractmethod
     def parse(

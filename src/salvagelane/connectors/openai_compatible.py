@@ -14,24 +14,21 @@ the last choice chunk the ``finish_reason``, an optional final chunk the ``usage
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 import httpx
 
-from salvagelane import environment
 from salvagelane.connectors.base import Completion, CompletionRequest
 from salvagelane.connectors.http import (
+    ConnectorOptions,
     HttpConnector,
-    HttpSettings,
     StreamState,
     error_in_body,
+    event_object,
     int_or_none,
-    preview,
     retryable_status,
     str_or_none,
+    unexpected_body,
 )
 from salvagelane.connectors.sse import ServerSentEvent
 from salvagelane.core.finish import FinishReason, canonical_finish_reason
@@ -51,37 +48,9 @@ class OpenAICompatibleConnector(HttpConnector):
         model: str,
         api_key_env: str | None,
         max_tokens_field: str = "max_tokens",
-        structured_output: bool = False,
-        stream: bool = False,
-        timeout_seconds: float = 60.0,
-        deadline_seconds: float = 300.0,
-        max_response_bytes: int = 4 * 1024 * 1024,
-        max_attempts: int = 5,
-        backoff_seconds: float = 0.5,
-        max_backoff_seconds: float = 30.0,
-        key_lookup: Callable[[str], str] = environment.api_key,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        **options: Unpack[ConnectorOptions],
     ):
-        super().__init__(
-            client,
-            base_url=base_url,
-            model=model,
-            api_key_env=api_key_env,
-            structured_output=structured_output,
-            stream=stream,
-            settings=HttpSettings(
-                timeout_seconds=timeout_seconds,
-                deadline_seconds=deadline_seconds,
-                max_response_bytes=max_response_bytes,
-                max_attempts=max_attempts,
-                backoff_seconds=backoff_seconds,
-                max_backoff_seconds=max_backoff_seconds,
-            ),
-            key_lookup=key_lookup,
-            clock=clock,
-            sleep=sleep,
-        )
+        super().__init__(client, base_url=base_url, model=model, api_key_env=api_key_env, **options)
         self.max_tokens_field = max_tokens_field
 
     @property
@@ -108,14 +77,8 @@ class OpenAICompatibleConnector(HttpConnector):
             body["stream_options"] = {"include_usage": True}
         return body
 
-    def headers(self, key: str | None) -> dict[str, str]:
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "text/event-stream" if self.stream else "application/json",
-        }
-        if key is not None:
-            headers["Authorization"] = f"Bearer {key}"
-        return headers
+    def provider_headers(self, key: str | None) -> dict[str, str]:
+        return {} if key is None else {"Authorization": f"Bearer {key}"}
 
     # --- the answer --------------------------------------------------------------------------
 
@@ -129,12 +92,7 @@ class OpenAICompatibleConnector(HttpConnector):
             raise _error_object(self.url, status, error, key, "error in a successful response")
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise ProviderError(
-                f"{self.url}: HTTP {status}: expected a non-empty choices array: "
-                f"{preview(json.dumps(data), key)}",
-                status=status,
-                retryable=False,
-            )
+            raise unexpected_body(self.url, status, data, key, "a non-empty choices array")
         choice: dict[str, Any] = choices[0]
         reported = str_or_none(choice.get("finish_reason"))
         native = str_or_none(choice.get("native_finish_reason"))
@@ -158,17 +116,7 @@ class OpenAICompatibleConnector(HttpConnector):
         if event.data.strip() == "[DONE]":
             state.done = True
             return
-        try:
-            chunk: Any = json.loads(event.data)
-        except json.JSONDecodeError:
-            chunk = None
-        if not isinstance(chunk, dict):
-            raise ProviderError(
-                f"{self.url}: HTTP 200: stream chunk is not a JSON object: "
-                f"{preview(event.data, key)}",
-                status=200,
-                retryable=False,
-            )
+        chunk = event_object(self.url, event, key, "stream chunk")
         state.request_id = str_or_none(chunk.get("id")) or state.request_id
         state.model = str_or_none(chunk.get("model")) or state.model
         usage = chunk.get("usage")

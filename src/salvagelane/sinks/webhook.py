@@ -10,14 +10,20 @@ token is read through ``key_lookup`` at delivery time from the variable named by
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar, Unpack
 
 import httpx
 
 from salvagelane import environment
-from salvagelane.connectors.http import Deadline, HttpCaller, HttpSettings, http_error
+from salvagelane.connectors.http import (
+    CallOptions,
+    Deadline,
+    HttpCaller,
+    HttpSettings,
+    http_error,
+    reject_unknown,
+)
 from salvagelane.errors import ConnectorError, ProviderError, SinkError
 
 # An error body is read only to quote it: a small cap is plenty.
@@ -35,30 +41,23 @@ class WebhookSink:
         *,
         url: str,
         token_env: str | None = None,
-        timeout_seconds: float = 30.0,
-        deadline_seconds: float = 120.0,
-        max_attempts: int = 5,
-        backoff_seconds: float = 0.5,
-        max_backoff_seconds: float = 30.0,
-        key_lookup: Callable[[str], str] = environment.api_key,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        **options: Unpack[CallOptions],
     ) -> None:
-        settings = HttpSettings(
-            timeout_seconds=timeout_seconds,
-            deadline_seconds=deadline_seconds,
+        reject_unknown(type(self).__name__, options, CallOptions.__optional_keys__)
+        # A webhook answers fast or not at all: shorter waits than a model call's.
+        settings = HttpSettings.of(
+            options,
+            timeout_seconds=30.0,
+            deadline_seconds=120.0,
             max_response_bytes=_ERROR_BODY_BYTES,
-            max_attempts=max_attempts,
-            backoff_seconds=backoff_seconds,
-            max_backoff_seconds=max_backoff_seconds,
         )
         problem = settings.problem()
         if problem is not None:
             raise SinkError(f"webhook {url}: {problem}", target=url)
         self._url = url
         self.token_env = token_env
-        self._http = HttpCaller(client, settings, clock=clock, sleep=sleep)
-        self._key_lookup = key_lookup
+        self._http = HttpCaller.of(client, settings, options)
+        self._key_lookup = options.get("key_lookup", environment.api_key)
 
     def __repr__(self) -> str:
         return f"WebhookSink(url={self._url!r}, token_env={self.token_env!r})"

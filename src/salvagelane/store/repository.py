@@ -8,14 +8,15 @@ once; an unknown id is a NotFoundError.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 import sqlalchemy as sa
+import tenacity
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -53,7 +54,11 @@ from salvagelane.store.records import (
     Trigger,
 )
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 T = TypeVar("T")
+V = TypeVar("V", bound="DataclassInstance")
 
 MIN_PREFIX = 8
 """The shortest run id prefix accepted, like git's abbreviated hashes."""
@@ -103,7 +108,10 @@ class Store:
         """
         store = cls(make_engine(database_url(url)))
         try:
-            store._check_schema(auto_upgrade=auto_upgrade)
+            if store._engine.dialect.name == "sqlite":
+                _retry_sqlite_open(lambda: store._check_schema(auto_upgrade=auto_upgrade))
+            else:
+                store._check_schema(auto_upgrade=auto_upgrade)
         except BaseException:
             store.close()
             raise
@@ -275,22 +283,7 @@ class Store:
             if report is not None:
                 _add_report(session, run_id, report, created_at=finished_at)
             session.add_all(
-                QuarantinedItem(
-                    run_id=run_id,
-                    attempt_id=record.attempt_id,
-                    instruction_id=record.instruction_id,
-                    source_index=record.source_index,
-                    reason=record.reason,
-                    error=record.error,
-                    span_start=record.span_start,
-                    span_end=record.span_end,
-                    snippet=record.snippet,
-                    sha256=record.sha256,
-                    repaired=record.repaired,
-                    provenance=record.provenance,
-                    review_status=record.review_status,
-                    created_at=finished_at,
-                )
+                QuarantinedItem(run_id=run_id, created_at=finished_at, **_values(record))
                 for record in quarantined
             )
             run.best_attempt_id = None if report is None else report.attempt_id
@@ -372,18 +365,17 @@ class Store:
                 .where(QuarantinedItem.run_id == run.id)
                 .order_by(QuarantinedItem.id)
             )
-            return RunDetail(
-                **{field.name: getattr(summary, field.name) for field in fields(RunSummary)},
-                definition_sha256=run.definition_sha256,
-                scheduled_for=run.scheduled_for,
-                started_at=run.started_at,
-                heartbeat_at=run.heartbeat_at,
-                error=run.error,
-                best_attempt_id=run.best_attempt_id,
+            return _view(
+                RunDetail,
+                run,
+                **_values(summary),
                 attempts=attempts,
                 report=_report_view(session, run.id),
-                quarantined=[_quarantine_view(row, numbers[row.attempt_id]) for row in quarantined],
-                deliveries=[_delivery_view(row) for row in _deliveries(session, run.id)],
+                quarantined=[
+                    _view(QuarantineView, row, attempt_number=numbers[row.attempt_id])
+                    for row in quarantined
+                ],
+                deliveries=[_view(SinkDeliveryView, row) for row in _deliveries(session, run.id)],
             )
 
     def get_report_payload(self, run_id: str) -> dict[str, Any]:
@@ -455,6 +447,31 @@ def _running_run(session: Session, run_id: str) -> Run:
     return run
 
 
+def _sqlite_lock_race(exc: BaseException) -> bool:
+    cause = exc.__cause__
+    return (
+        isinstance(exc, StoreError)
+        and isinstance(cause, sa.exc.OperationalError)
+        and "database is locked" in str(cause)
+    )
+
+
+def _retry_sqlite_open(check: Callable[[], None]) -> None:
+    """Run ``check`` again when SQLite reports a lock without waiting for it.
+
+    Several processes opening a brand-new file at once race to switch it to WAL; SQLite
+    answers SQLITE_BUSY to the losers without calling the busy handler (seen here in
+    about 1 of 12 three-way opens), so the busy timeout cannot help. A short retry does.
+    """
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(_sqlite_lock_race),
+        stop=tenacity.stop_after_delay(10),
+        wait=tenacity.wait_random(0.02, 0.2),
+        reraise=True,
+    )
+    retrying(check)
+
+
 def _close(run: Run, *, status: str, finished_at: datetime, error: str | None) -> None:
     run.status = status
     run.finished_at = finished_at
@@ -468,17 +485,7 @@ def _add_report(
     report_id = _new_id()
     session.add(
         Report(
-            id=report_id,
-            run_id=run_id,
-            attempt_id=report.attempt_id,
-            envelope=report.envelope,
-            partial=report.partial,
-            status=report.status,
-            document_valid=report.document_valid,
-            truncated=report.truncated,
-            finish_reason=report.finish_reason,
-            counts=report.counts,
-            created_at=created_at,
+            id=report_id, run_id=run_id, created_at=created_at, **_values(report, omit={"items"})
         )
     )
     # Without relationships the unit of work does not order inserts across tables: the
@@ -488,12 +495,8 @@ def _add_report(
         ReportItem(
             report_id=report_id,
             position=position,
-            source_index=item.source_index,
-            data=item.data,
-            span_start=item.span_start,
-            span_end=item.span_end,
             coercions=None if item.coercions is None else list(item.coercions),
-            origin=item.origin,
+            **_values(item, omit={"coercions"}),
         )
         for position, item in enumerate(report.items)
     )
@@ -546,42 +549,33 @@ def _summaries(session: Session, runs: list[Run]) -> list[RunSummary]:
         )
     )
     return [
-        RunSummary(
-            id=run.id,
-            instruction_id=run.instruction_id,
-            trigger=run.trigger,
-            status=run.status,
-            created_at=run.created_at,
-            finished_at=run.finished_at,
+        _view(
+            RunSummary,
+            run,
             kept_count=kept.get(run.id, 0),
             quarantined_count=quarantined.get(run.id, 0),
             finish_reason=finish_reasons.get(run.id),
-            sink_status=run.sink_status,
         )
         for run in runs
     ]
 
 
+def _values(record: DataclassInstance, *, omit: Collection[str] = ()) -> dict[str, Any]:
+    """``record``'s fields by name but those in ``omit``: the keyword arguments for the
+    ORM row (or the record) whose columns carry the same names."""
+    return {f.name: getattr(record, f.name) for f in fields(record) if f.name not in omit}
+
+
+def _view(cls: type[V], row: object, **computed: Any) -> V:
+    """A ``cls`` whose fields copy ``row``'s attributes of the same names, but those in
+    ``computed``: fields the row has no column for, or holds in another form."""
+    copied = {f.name: getattr(row, f.name) for f in fields(cls) if f.name not in computed}
+    return cls(**copied, **computed)
+
+
 def _attempt_view(row: Attempt) -> AttemptView:
-    return AttemptView(
-        id=row.id,
-        run_id=row.run_id,
-        number=row.number,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-        request=row.request,
-        raw_output=None if row.raw_output is None else decode_raw(row.raw_output),
-        finish_reason=row.finish_reason,
-        native_finish_reason=row.native_finish_reason,
-        usage=row.usage,
-        model=row.model,
-        request_id=row.request_id,
-        latency_seconds=row.latency_seconds,
-        http_status=row.http_status,
-        provider_error=row.provider_error,
-        stream_error=row.stream_error,
-        outcome=row.outcome,
-    )
+    raw = None if row.raw_output is None else decode_raw(row.raw_output)
+    return _view(AttemptView, row, raw_output=raw)
 
 
 def _report_view(session: Session, run_id: str) -> ReportView | None:
@@ -591,59 +585,4 @@ def _report_view(session: Session, run_id: str) -> ReportView | None:
     items = session.scalars(
         sa.select(ReportItem).where(ReportItem.report_id == report.id).order_by(ReportItem.position)
     )
-    return ReportView(
-        id=report.id,
-        attempt_id=report.attempt_id,
-        envelope=report.envelope,
-        partial=report.partial,
-        status=report.status,
-        document_valid=report.document_valid,
-        truncated=report.truncated,
-        finish_reason=report.finish_reason,
-        counts=report.counts,
-        created_at=report.created_at,
-        items=[
-            ReportItemView(
-                position=item.position,
-                source_index=item.source_index,
-                data=item.data,
-                span_start=item.span_start,
-                span_end=item.span_end,
-                coercions=item.coercions,
-                origin=item.origin,
-            )
-            for item in items
-        ],
-    )
-
-
-def _quarantine_view(row: QuarantinedItem, attempt_number: int) -> QuarantineView:
-    return QuarantineView(
-        id=row.id,
-        run_id=row.run_id,
-        attempt_id=row.attempt_id,
-        attempt_number=attempt_number,
-        instruction_id=row.instruction_id,
-        source_index=row.source_index,
-        reason=row.reason,
-        error=row.error,
-        span_start=row.span_start,
-        span_end=row.span_end,
-        snippet=row.snippet,
-        sha256=row.sha256,
-        repaired=row.repaired,
-        provenance=row.provenance,
-        review_status=row.review_status,
-        created_at=row.created_at,
-    )
-
-
-def _delivery_view(row: SinkDelivery) -> SinkDeliveryView:
-    return SinkDeliveryView(
-        id=row.id,
-        target=row.target,
-        kind=row.kind,
-        status=row.status,
-        error=row.error,
-        attempted_at=row.attempted_at,
-    )
+    return _view(ReportView, report, items=[_view(ReportItemView, item) for item in items])
