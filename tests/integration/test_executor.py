@@ -443,3 +443,11 @@ def test_every_log_line_of_a_run_carries_its_id_and_no_secret(
     assert SECRET not in json.dumps(logs, default=str)
     finished = logs[-1]
     assert (finished["status"], finished["kept"], finished["quarantined"]) == ("ok", 2, 0)
+
+
+def test_the_executors_triggers_are_the_ones_the_store_accepts() -> None:
+    from typing import get_args
+
+    from salvagelane.store import Trigger as StoredTrigger
+
+    assert {trigger.value for trigger in Trigger} == set(get_args(StoredTrigger))
