@@ -13,7 +13,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -114,6 +117,7 @@ class _Attempt:
 class _RunState:
     run_id: str
     attempts: list[_Attempt] = field(default_factory=list)
+    deadline_passed: bool = False
 
 
 def _utc_now() -> datetime:
@@ -131,11 +135,15 @@ class Executor:
         connector_for: ConnectorFactory,
         sinks_for: SinkFactory = lambda instruction: (),
         clock: Clock = _utc_now,
+        monotonic: Callable[[], float] = time.monotonic,
+        heartbeat_seconds: float = 15.0,
     ):
         self._store = store
         self._connector_for = connector_for
         self._sinks_for = sinks_for
         self._clock = clock
+        self._monotonic = monotonic
+        self._heartbeat_seconds = heartbeat_seconds
 
     def run(
         self,
@@ -157,7 +165,8 @@ class Executor:
         with bound(run_id=run_id, instruction=instruction.id):
             log.info("run.started", trigger=str(trigger), scheduled_for=scheduled_for)
             try:
-                outcome = self._execute(instruction, state)
+                with self._heartbeat(run_id):
+                    outcome = self._execute(instruction, state)
             except DefinitionError as exc:
                 outcome = self._fail(instruction, state, f"definition: {exc}")
             except Exception as exc:
@@ -188,6 +197,27 @@ class Executor:
             payload = self._store.get_report_payload(run_id)
             return self._deliver_payload(instruction, run_id, payload)
 
+    @contextmanager
+    def _heartbeat(self, run_id: str) -> Iterator[None]:
+        """Beat while the run executes, so a scheduler can tell a live run from one whose
+        process died (the beats stop) without guessing from its age."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(self._heartbeat_seconds):
+                try:
+                    self._store.heartbeat(run_id, self._clock())
+                except Exception:  # a missed beat must never fail the run itself
+                    log.warning("run.heartbeat_failed", exc_info=True)
+
+        thread = threading.Thread(target=beat, name=f"heartbeat-{run_id[:8]}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
     # --- the attempts ---------------------------------------------------------------------
 
     def _execute(self, instruction: Instruction, state: _RunState) -> RunOutcome:
@@ -202,8 +232,16 @@ class Executor:
         budget = spec.max_output_tokens
         ceiling = max(budget, retry.max_output_tokens_ceiling or 4 * budget)
         correction: str | None = None
+        deadline = instruction.schedule.deadline_seconds
+        run_began = self._monotonic()
 
         for number in range(1, retry.attempts + 1):
+            if deadline is not None and self._monotonic() - run_began >= deadline:
+                # Attempts already stored still compete for the report; the deadline only
+                # stops asking again.
+                log.warning("run.deadline", attempts=number - 1, deadline_seconds=deadline)
+                state.deadline_passed = True
+                break
             attempts_left = retry.attempts - number
             request = CompletionRequest(
                 system=prompt.system,
@@ -265,6 +303,8 @@ class Executor:
                 result, finish_reason=completion.finish_reason, max_items=max_items
             )
 
+        if deadline is not None and self._monotonic() - run_began >= deadline:
+            state.deadline_passed = True
         return self._persist(instruction, state)
 
     def _store_completion(
@@ -349,13 +389,16 @@ class Executor:
         best = best_attempt(scored)
         if best is None:
             errors = [a.provider_error for a in state.attempts if a.provider_error]
-            return self._fail(instruction, state, errors[-1] if errors else "no attempt was made")
+            error = errors[-1] if errors else "no attempt was made"
+            return self._fail(instruction, state, _deadline_note(instruction, state, error))
         chosen = next(a for a in state.attempts if a.number == best.number)
         assert chosen.completion is not None
         assert chosen.result is not None
         result, completion = chosen.result, chosen.completion
         status = _run_status(result, completion)
-        error = _failure(result) if status is Status.FAILED else None
+        failure: str | None = None
+        if status is Status.FAILED:
+            failure = _deadline_note(instruction, state, _failure(result))
 
         quarantined: list[QuarantineRecord] = []
         for attempt in state.attempts:
@@ -389,7 +432,7 @@ class Executor:
             state.run_id,
             status=str(status),
             finished_at=self._clock(),
-            error=error,
+            error=failure,
             report=report,
             quarantined=quarantined,
         )
@@ -405,7 +448,7 @@ class Executor:
             native_finish_reason=completion.native_finish_reason,
             attempts=len(state.attempts),
             best_attempt=chosen.number,
-            error=error,
+            error=failure,
         )
 
     def _fail(self, instruction: Instruction, state: _RunState, error: str) -> RunOutcome:
@@ -496,6 +539,14 @@ def _request_summary(instruction: Instruction, request: CompletionRequest) -> di
         "system": request.system,
         "user": request.user,
     }
+
+
+def _deadline_note(instruction: Instruction, state: _RunState, error: str) -> str:
+    """``error``, prefixed with ``deadline:`` when the run's deadline cut it short."""
+    if not state.deadline_passed:
+        return error
+    limit = instruction.schedule.deadline_seconds
+    return f"deadline: the run's {limit:g} s deadline passed; {error}"
 
 
 def _run_status(result: SalvageResult, completion: Completion) -> Status:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -451,3 +452,56 @@ def test_the_executors_triggers_are_the_ones_the_store_accepts() -> None:
     from salvagelane.store import Trigger as StoredTrigger
 
     assert {trigger.value for trigger in Trigger} == set(get_args(StoredTrigger))
+
+
+# --- heartbeats and deadlines --------------------------------------------------------------------
+
+
+def test_a_run_beats_while_the_provider_is_slow(
+    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+) -> None:
+    seen: list[tuple[Any, Any]] = []
+
+    class Slow(Provider):
+        def handler(self, request: httpx.Request) -> httpx.Response:
+            time.sleep(0.4)
+            (run,) = store.list_runs(limit=1)
+            detail = store.get_run(run.id)
+            seen.append((detail.started_at, detail.heartbeat_at))
+            return super().handler(request)
+
+    provider = Slow([chat(report(items(2)))])
+    executor = Executor(
+        store, connector_for=provider.connector_for(client_for(provider)), heartbeat_seconds=0.05
+    )
+    outcome = executor.run(definition(project))
+    assert outcome.status == "ok"
+    ((started_at, heartbeat_at),) = seen
+    assert heartbeat_at > started_at  # beaten during the call, before any attempt was stored
+
+
+def test_the_run_deadline_stops_asking_again_and_says_so(
+    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+) -> None:
+    now = [1000.0]
+
+    class Late(Provider):
+        def handler(self, request: httpx.Request) -> httpx.Response:
+            now[0] += 31.0  # this call took 31 s of a 30 s deadline
+            return super().handler(request)
+
+    instruction = definition(project, **{"deadline_seconds: 600": "deadline_seconds: 30"})
+    provider = Late([chat("I could not produce the report."), chat(report(items(2)))])
+    executor = Executor(
+        store,
+        connector_for=provider.connector_for(client_for(provider)),
+        monotonic=lambda: now[0],
+    )
+    outcome = executor.run(instruction)
+    assert len(provider.requests) == 1  # the retry nothing_salvaged asked for never happened
+    assert outcome.status == "failed"
+    assert outcome.error == (
+        "deadline: the run's 30 s deadline passed; "
+        "nothing usable: no items list was found in the output"
+    )
+    assert store.get_run(outcome.run_id).error == outcome.error
