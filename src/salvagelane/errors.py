@@ -7,6 +7,8 @@ wrong, where, and what was expected.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 
 class SalvagelaneError(Exception):
     """Base class for every error salvagelane raises on purpose."""
@@ -97,3 +99,21 @@ class SinkError(SalvagelaneError):
         super().__init__(message)
         self.target = target
         self.retryable = retryable
+
+
+class DuplicateFireError(SalvagelaneError):
+    """A scheduled fire (instruction and fire time) that already has a run row.
+
+    Raised when a second claim is made for a fire time that was already claimed (by this
+    or another process): the fire is being, or was, run (or recorded as missed) elsewhere.
+    ``where`` optionally names the database (password masked).
+    """
+
+    def __init__(self, *, instruction_id: str, scheduled_for: datetime, where: str = ""):
+        prefix = f"{where}: " if where else ""
+        super().__init__(
+            f"{prefix}instruction {instruction_id!r} already has a run for its fire at "
+            f"{scheduled_for.isoformat()}: it was claimed by another run"
+        )
+        self.instruction_id = instruction_id
+        self.scheduled_for = scheduled_for

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PostgresDatabase
+from salvagelane.store import head_revision
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "daily-triage-truncated"
@@ -132,7 +133,8 @@ def test_a_new_sqlite_database_is_created_at_head_by_any_command(tmp_path: Path)
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.strip() == "no runs stored yet (salvagelane run INSTRUCTION stores one)"
     current = salvagelane("db", "current", database=database)
-    assert current.stdout.strip().endswith("revision 0001 (newest 0001: up to date)")
+    head = head_revision()
+    assert current.stdout.strip().endswith(f"revision {head} (newest {head}: up to date)")
 
 
 @pytest.mark.postgres
@@ -146,9 +148,9 @@ def test_a_postgres_database_behind_head_is_refused_until_upgraded(
     assert "salvagelane db upgrade" in refused.stderr
     upgrade = salvagelane("db", "upgrade", database=database_url)
     assert upgrade.returncode == 0
-    assert "upgraded from an empty database to 0001" in upgrade.stdout
+    assert f"upgraded from an empty database to {head_revision()}" in upgrade.stdout
     again = salvagelane("db", "upgrade", database=database_url)
-    assert "already at revision 0001" in again.stdout
+    assert f"already at revision {head_revision()}" in again.stdout
 
 
 def test_the_default_database_is_a_file_in_the_working_directory(tmp_path: Path) -> None:

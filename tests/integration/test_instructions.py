@@ -234,11 +234,25 @@ BROKEN = [
         ("expected hour values from 0 to 23, got 25",),
     ),
     Broken(
-        "cron-with-six-fields",
+        "cron-with-seven-fields",
         '"20 5 * * *"',
-        '"0 20 5 * * *"',
+        '"0 0 20 5 * * *"',
         "schedule.cron",
-        ("cron expression of 5 fields", 'got "0 20 5 * * *"'),
+        ("cron expression of 5 fields", "or 6 with seconds first", 'got "0 0 20 5 * * *"'),
+    ),
+    Broken(
+        "cron-with-four-fields",
+        '"20 5 * * *"',
+        '"20 5 * *"',
+        "schedule.cron",
+        ("cron expression of 5 fields", 'got "20 5 * *"'),
+    ),
+    Broken(
+        "cron-seconds-out-of-range",
+        '"20 5 * * *"',
+        '"60 20 5 * * *"',
+        "schedule.cron",
+        ("expected second values from 0 to 59, got 60",),
     ),
     Broken(
         "cron-that-never-fires",
@@ -623,7 +637,20 @@ def test_instruction_schema_accepts_the_bundled_definition_as_plain_data() -> No
 
 @pytest.mark.parametrize(
     "expression",
-    ["20 5 * * *", "*/15 * * * *", "0 9 * * mon-fri", "0 0 29 2 *", "0 0 1 jan,jul *", "5 4 * * 7"],
+    [
+        "20 5 * * *",
+        "*/15 * * * *",
+        "0 9 * * mon-fri",
+        "0 0 29 2 *",
+        "0 0 1 jan,jul *",
+        "5 4 * * 7",
+        # Six fields: seconds first.
+        "* * * * * *",
+        "*/10 * * * * *",
+        "30 20 5 * * *",
+        "0,30 0 9 * * 1-5",
+        "59 59 23 31 dec sat",
+    ],
 )
 def test_cron_accepts(expression: str) -> None:
     assert cron_problem(expression) is None
@@ -642,7 +669,21 @@ def test_cron_accepts(expression: str) -> None:
         ("*/0 * * * *", "expected a minute step from 1 to 60, got 0"),
         ("5/10 * * * *", "expected a step only after * or a range"),
         ("0 0 31 4,6 *", "never does"),
-        ("0 0 * *", "expected 5 fields"),
+        (
+            "0 0 * *",
+            "expected 5 fields (minute hour day-of-month month day-of-week) "
+            'or 6 with seconds first, got 4 in "0 0 * *"',
+        ),
+        ("* * * * * * *", 'or 6 with seconds first, got 7 in "* * * * * * *"'),
+        ("", "got 0 in"),
+        # With six fields the first is the second, and the others keep their meaning.
+        ("60 * * * * *", "expected second values from 0 to 59, got 60"),
+        ("*/0 * * * * *", "expected a second step from 1 to 60, got 0"),
+        ("5/10 * * * * *", "expected a step only after * or a range in the second field"),
+        ("0 60 * * * *", "expected minute values from 0 to 59, got 60"),
+        ("0 0 0 0 * *", "expected day-of-month values from 1 to 31, got 0"),
+        ("0 0 0 * * 8", "expected day-of-week values from 0 to 7, got 8"),
+        ("0 0 0 31 4,6 *", "never does"),
     ],
 )
 def test_cron_rejects(expression: str, expected: str) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
+from salvagelane.errors import DuplicateFireError
 from salvagelane.store import (
     ReportItemRecord,
     ReportRecord,
@@ -38,7 +40,8 @@ def test_migration_environment_ships_inside_the_package() -> None:
     assert (MIGRATIONS_DIR / "env.py").is_file()
     assert (MIGRATIONS_DIR / "script.py.mako").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0001_initial.py").is_file()
-    assert head_revision() == "0001"
+    assert (MIGRATIONS_DIR / "versions" / "0002_fire_claims.py").is_file()
+    assert head_revision() == "0002"
 
 
 def test_upgrade_builds_exactly_the_models_schema(database_url: str) -> None:
@@ -62,44 +65,7 @@ def test_downgrade_to_base_leaves_no_tables(database_url: str) -> None:
     upgrade(database_url)
     # With rows in the runs <-> attempts cycle, which the downgrade has to break.
     with Store.open(database_url, auto_upgrade=False) as store:
-        run_id = store.start_run(
-            instruction_id="daily",
-            definition_sha256="d" * 64,
-            trigger="manual",
-            scheduled_for=None,
-            now=NOW,
-        )
-        attempt_id = store.add_attempt(
-            run_id,
-            number=1,
-            started_at=NOW,
-            request={"model": "m"},
-            raw_output="[]",
-            finish_reason="stop",
-            native_finish_reason="stop",
-            usage=None,
-            model="m",
-            request_id=None,
-            latency_seconds=0.5,
-            http_status=200,
-            provider_error=None,
-            stream_error=None,
-            finished_at=NOW,
-        )
-        report = ReportRecord(
-            attempt_id=attempt_id,
-            envelope={},
-            partial=False,
-            status="ok",
-            document_valid=True,
-            truncated=False,
-            finish_reason="stop",
-            counts={"accepted": 1},
-            items=[ReportItemRecord(source_index=0, data={}, span_start=1, span_end=3)],
-        )
-        store.finish_run(
-            run_id, status="ok", finished_at=NOW, error=None, report=report, quarantined=[]
-        )
+        _seed_finished_run(store, scheduled_for=None, items=1)
 
     downgrade(database_url, "base")
 
@@ -109,3 +75,79 @@ def test_downgrade_to_base_leaves_no_tables(database_url: str) -> None:
     # And the way back up still works.
     upgrade(database_url)
     assert _table_names(database_url) == set(Base.metadata.tables) | {"alembic_version"}
+
+
+def test_fire_claims_migrate_a_database_that_has_runs(database_url: str) -> None:
+    # 0002 adds the one-run-per-fire index to a runs table whose rows other tables
+    # reference; on SQLite (foreign keys on) a table rebuild would fail here.
+    upgrade(database_url, "0001")
+    with Store(make_engine(database_url)) as store:
+        run_id, attempt_id = _seed_finished_run(store, scheduled_for=NOW, items=0)
+
+    upgrade(database_url)
+
+    assert current_revision(database_url) == "0002"
+    with Store.open(database_url, auto_upgrade=False) as store:
+        detail = store.get_run(run_id)
+        assert (detail.status, detail.best_attempt_id) == ("ok", attempt_id)
+        assert [a.raw_output for a in detail.attempts] == ["[]"]
+        with pytest.raises(DuplicateFireError):
+            store.start_run(
+                instruction_id="daily",
+                definition_sha256="d" * 64,
+                trigger="schedule",
+                scheduled_for=NOW,
+                now=NOW,
+            )
+
+    downgrade(database_url, "0001")
+    assert current_revision(database_url) == "0001"
+    assert _table_names(database_url) == set(Base.metadata.tables) | {"alembic_version"}
+
+
+def _seed_finished_run(
+    store: Store, *, scheduled_for: datetime | None, items: int
+) -> tuple[str, str]:
+    """A finished run with one attempt and a report: rows in the runs <-> attempts cycle."""
+    run_id = store.start_run(
+        instruction_id="daily",
+        definition_sha256="d" * 64,
+        trigger="manual" if scheduled_for is None else "schedule",
+        scheduled_for=scheduled_for,
+        now=NOW,
+    )
+    attempt_id = store.add_attempt(
+        run_id,
+        number=1,
+        started_at=NOW,
+        request={"model": "m"},
+        raw_output="[]",
+        finish_reason="stop",
+        native_finish_reason="stop",
+        usage=None,
+        model="m",
+        request_id=None,
+        latency_seconds=0.5,
+        http_status=200,
+        provider_error=None,
+        stream_error=None,
+        finished_at=NOW,
+    )
+    report = ReportRecord(
+        attempt_id=attempt_id,
+        envelope={},
+        partial=False,
+        status="ok",
+        document_valid=True,
+        truncated=False,
+        finish_reason="stop",
+        counts={"accepted": items},
+        items=[
+            ReportItemRecord(source_index=n, data={}, span_start=1, span_end=3)
+            for n in range(items)
+        ],
+    )
+    store.finish_run(
+        run_id, status="ok", finished_at=NOW, error=None, report=report, quarantined=[]
+    )
+    return run_id, attempt_id

@@ -353,7 +353,7 @@ def test_string_enum_members_are_accepted_and_stored_as_text(store: Store) -> No
 
 def test_report_and_quarantine_must_name_attempts_of_the_run(store: Store) -> None:
     run_id = start(store)
-    other_attempt = attempt(store, start(store))
+    other_attempt = attempt(store, start(store, instruction_id="other"))
 
     with pytest.raises(NotFoundError, match=f"run {run_id} has no attempt {other_attempt}"):
         finish(store, run_id, quarantined=[quarantine(other_attempt)])
@@ -507,7 +507,7 @@ def test_runs_are_found_by_a_unique_prefix(store: Store, monkeypatch: pytest.Mon
         ]
     )
     monkeypatch.setattr(repository, "_new_id", lambda: next(ids))
-    first, second, third = start(store), start(store), start(store)
+    first, second, third = (start(store, instruction_id=name) for name in ("a", "b", "c"))
 
     assert store.get_run(third).id == third
     assert store.get_run("12345678").id == third
@@ -566,7 +566,9 @@ def test_a_database_not_at_head_is_refused(database_url: str) -> None:
     upgrade(database_url)
     with _engine(database_url) as engine, engine.begin() as connection:
         connection.exec_driver_sql("UPDATE alembic_version SET version_num = '0000'")
-    with pytest.raises(StoreError, match=r"at revision 0000, this salvagelane needs 0001"):
+    with pytest.raises(
+        StoreError, match=rf"at revision 0000, this salvagelane needs {head_revision()}"
+    ):
         Store.open(database_url, auto_upgrade=True)
 
 
@@ -673,8 +675,10 @@ def test_two_stores_on_one_sqlite_file_write_concurrently(tmp_path: Path) -> Non
         try:
             barrier.wait()
             with Store.open(url) as store:
-                for _ in range(runs_per_thread):
-                    run_id = start(store, instruction_id=instruction_id)
+                for number in range(runs_per_thread):
+                    # A fire of its own each: (instruction, fire time) is claimed once.
+                    fire_time = NOW + timedelta(minutes=number)
+                    run_id = start(store, instruction_id=instruction_id, now=fire_time)
                     attempt_id = attempt(store, run_id)
                     store.heartbeat(run_id, LATER)
                     finish(

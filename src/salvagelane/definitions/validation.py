@@ -50,8 +50,8 @@ _TYPE_NOUNS = {
 _PATTERN_NOUNS = {
     "^[a-z0-9][a-z0-9-]{0,62}$": "a slug of lower-case letters, digits and hyphens, "
     "at most 63 characters (^[a-z0-9][a-z0-9-]{0,62}$)",
-    "^\\S+( +\\S+){4}$": "a cron expression of 5 fields: minute hour day-of-month month "
-    "day-of-week",
+    "^\\S+( +\\S+){4,5}$": "a cron expression of 5 fields (minute hour day-of-month month "
+    "day-of-week) or 6 with seconds first",
     "^https?://": "an http:// or https:// URL",
     "^[A-Z_][A-Z0-9_]*$": "the NAME of an environment variable (^[A-Z_][A-Z0-9_]*$), "
     "never the key itself",

@@ -15,6 +15,13 @@ from salvagelane.store.engine import (
     masked_url,
     upgrade,
 )
+from salvagelane.store.leadership import (
+    SCHEDULER_LOCK_KEY,
+    LeaderLock,
+    PostgresLeaderLock,
+    SqliteServeLock,
+    leader_lock_for,
+)
 from salvagelane.store.records import (
     AttemptView,
     DeliveryStatus,
@@ -36,11 +43,14 @@ from salvagelane.store.records import (
 from salvagelane.store.repository import Store
 
 __all__ = [
+    "SCHEDULER_LOCK_KEY",
     "AttemptView",
     "DeliveryStatus",
     "FailureStatus",
     "FinalRunStatus",
     "ItemOrigin",
+    "LeaderLock",
+    "PostgresLeaderLock",
     "QuarantineRecord",
     "QuarantineView",
     "ReportItemRecord",
@@ -51,12 +61,14 @@ __all__ = [
     "RunStatus",
     "RunSummary",
     "SinkDeliveryView",
+    "SqliteServeLock",
     "Store",
     "Trigger",
     "current_revision",
     "database_url",
     "downgrade",
     "head_revision",
+    "leader_lock_for",
     "make_engine",
     "masked_url",
     "upgrade",

@@ -40,6 +40,9 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
+FIRE_CONSTRAINT = "uq_runs_instruction_fire"
+"""The unique index on runs (instruction_id, scheduled_for): one run per fire."""
+
 NUL_STANDIN = "\u2400"
 """SYMBOL FOR NULL: what a NUL character in model text becomes in a plain text column."""
 
@@ -149,6 +152,12 @@ class Run(Base):
     __table_args__ = (
         Index(None, "instruction_id", "created_at"),
         Index(None, "status"),
+        # A scheduled fire is claimed by inserting its run row: a second claim of the same
+        # fire, from any process, violates this. Manual runs (NULL scheduled_for) are
+        # unconstrained: NULLs are distinct in a unique index on both backends. A unique
+        # index rather than a table constraint: SQLite can add one to a table that has
+        # rows referenced by other tables without rebuilding it (see migration 0002).
+        Index(FIRE_CONSTRAINT, "instruction_id", "scheduled_for", unique=True),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)

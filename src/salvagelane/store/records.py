@@ -16,7 +16,10 @@ JSONValue = Any
 """A JSON-serialisable value (dict, list, str, int, float, bool, None)."""
 
 Trigger = Literal["manual", "schedule", "catch_up", "replay"]
-RunStatus = Literal["running", "ok", "partial", "failed", "interrupted"]
+RunStatus = Literal["running", "ok", "partial", "failed", "interrupted", "missed"]
+"""``missed``: a scheduled fire that was never run (no node was up, or it was too late to
+catch up); its row has trigger ``schedule``, ``finished_at`` and an ``error`` saying when
+it should have fired and why it was not run."""
 FinalRunStatus = Literal["ok", "partial", "failed", "interrupted"]
 FailureStatus = Literal["failed", "interrupted"]
 DeliveryStatus = Literal["delivered", "failed"]

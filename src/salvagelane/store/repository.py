@@ -20,7 +20,7 @@ import tenacity
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from salvagelane.errors import NotFoundError, StoreError
+from salvagelane.errors import DuplicateFireError, NotFoundError, StoreError
 from salvagelane.store.engine import (
     database_url,
     head_revision,
@@ -31,6 +31,7 @@ from salvagelane.store.engine import (
     upgrade_connection,
 )
 from salvagelane.store.models import (
+    FIRE_CONSTRAINT,
     Attempt,
     QuarantinedItem,
     Report,
@@ -179,21 +180,114 @@ class Store:
         :data:`~salvagelane.store.records.Trigger` (a StrEnum member will do)."""
         _check_vocabulary("trigger", trigger, _TRIGGERS)
         run_id = _new_id()
-        with self._transaction(f"start a run of {instruction_id}") as session:
-            session.add(
-                Run(
-                    id=run_id,
-                    instruction_id=instruction_id,
-                    definition_sha256=definition_sha256,
-                    trigger=trigger,
-                    scheduled_for=scheduled_for,
-                    status="running",
-                    created_at=now,
-                    started_at=now,
-                    heartbeat_at=now,
-                )
-            )
+        run = Run(
+            id=run_id,
+            instruction_id=instruction_id,
+            definition_sha256=definition_sha256,
+            trigger=trigger,
+            scheduled_for=scheduled_for,
+            status="running",
+            created_at=now,
+            started_at=now,
+            heartbeat_at=now,
+        )
+        self._insert_run(run, f"start a run of {instruction_id}")
         return run_id
+
+    def _insert_run(self, run: Run, operation: str) -> None:
+        """Insert ``run``; DuplicateFireError when its fire already has a row.
+
+        The insert is the claim of the fire: the unique index on (instruction_id,
+        scheduled_for) lets exactly one of any number of concurrent inserts commit.
+        """
+        try:
+            with self._transaction(operation) as session:
+                session.add(run)
+        except StoreError as exc:
+            if run.scheduled_for is not None and _is_fire_conflict(exc.__cause__):
+                raise DuplicateFireError(
+                    instruction_id=run.instruction_id,
+                    scheduled_for=run.scheduled_for,
+                    where=self.url,
+                ) from exc.__cause__
+            raise
+
+    def record_missed(
+        self,
+        *,
+        instruction_id: str,
+        definition_sha256: str,
+        scheduled_for: datetime,
+        now: datetime,
+        reason: str,
+    ) -> str | None:
+        """Record a scheduled fire that will not be run, as a ``missed`` run; returns its id.
+
+        None when that fire already has a row (it ran, runs, or was recorded as missed by
+        another node): recording a miss claims the fire just as starting a run does.
+        """
+        run_id = _new_id()
+        run = Run(
+            id=run_id,
+            instruction_id=instruction_id,
+            definition_sha256=definition_sha256,
+            trigger="schedule",
+            scheduled_for=scheduled_for,
+            status="missed",
+            created_at=now,
+            started_at=now,
+            finished_at=now,
+            heartbeat_at=None,
+            error=f"missed: should have fired at {scheduled_for.isoformat()}; {reason}",
+        )
+        try:
+            self._insert_run(run, f"record a missed fire of {instruction_id}")
+        except DuplicateFireError:
+            return None
+        return run_id
+
+    def mark_interrupted(self, run_id: str, *, now: datetime, error: str) -> bool:
+        """End ``run_id`` as ``interrupted`` if it is still running (a process shutting down
+        gives up on it); True when it did, False when the run had already ended.
+
+        Its attempts and their raw outputs stay.
+        """
+        with self._transaction(f"mark run {run_id} interrupted") as session:
+            run = _get_run(session, run_id, for_update=True)
+            if run.status != "running":
+                return False
+            _close(run, status="interrupted", finished_at=now, error=error)
+            return True
+
+    def interrupt_stale_runs(self, *, stale_before: datetime, now: datetime) -> list[RunSummary]:
+        """End as ``interrupted`` every run still ``running`` whose last heartbeat (or start,
+        without one) is older than ``stale_before``: the process running it stopped.
+
+        Returns those runs (as now stored), oldest first. Their attempts and raw outputs
+        stay. A run that heartbeats concurrently is re-checked under its row lock
+        (PostgreSQL) or waits for this transaction (SQLite), so a live run is not taken.
+        """
+        last_sign = sa.func.coalesce(Run.heartbeat_at, Run.started_at)
+        stmt = (
+            sa.select(Run)
+            .where(Run.status == "running", last_sign < stale_before)
+            .order_by(Run.created_at, Run.id)
+            .with_for_update()
+        )
+        with self._transaction("interrupt stale runs") as session:
+            stale = list(session.scalars(stmt))
+            for run in stale:
+                since = run.heartbeat_at or run.started_at
+                _close(
+                    run,
+                    status="interrupted",
+                    finished_at=now,
+                    error=(
+                        f"no heartbeat since {since.isoformat()}: the process running it stopped"
+                    ),
+                )
+            session.flush()
+            return _summaries(session, stale)
 
     def add_attempt(
         self,
@@ -340,6 +434,18 @@ class Store:
 
     # --- reads ------------------------------------------------------------------------------
 
+    def last_scheduled_for(self, instruction_id: str) -> datetime | None:
+        """The newest fire time of any run row of ``instruction_id`` (any status, missed
+        ones included); None when it has none (only manual runs, or no runs)."""
+        stmt = (
+            sa.select(Run.scheduled_for)
+            .where(Run.instruction_id == instruction_id, Run.scheduled_for.is_not(None))
+            .order_by(Run.scheduled_for.desc())
+            .limit(1)
+        )
+        with self._transaction(f"read the last fire of {instruction_id}") as session:
+            return session.scalars(stmt).first()
+
     def list_runs(self, *, instruction_id: str | None = None, limit: int = 20) -> list[RunSummary]:
         """The latest ``limit`` runs, newest first, optionally of one instruction."""
         stmt = sa.select(Run).order_by(Run.created_at.desc(), Run.id.desc()).limit(limit)
@@ -430,8 +536,19 @@ def _check_vocabulary(field: str, value: str, allowed: frozenset[str]) -> None:
         raise ValueError(f"{field} {value!r}: expected one of {', '.join(sorted(allowed))}")
 
 
-def _get_run(session: Session, run_id: str) -> Run:
-    run = session.get(Run, run_id)
+def _is_fire_conflict(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is a violation of the one-run-per-fire index (and no other)."""
+    if not isinstance(exc, sa.exc.IntegrityError):
+        return False
+    # psycopg names the violated constraint (or unique index); SQLite names its columns.
+    diag = getattr(exc.orig, "diag", None)
+    if diag is not None:
+        return getattr(diag, "constraint_name", None) == FIRE_CONSTRAINT
+    return "UNIQUE constraint failed: runs.instruction_id, runs.scheduled_for" in str(exc.orig)
+
+
+def _get_run(session: Session, run_id: str, *, for_update: bool = False) -> Run:
+    run = session.get(Run, run_id, with_for_update=for_update)
     if run is None:
         raise NotFoundError(f"{masked_url(session.get_bind().engine.url)}: no run with id {run_id}")
     return run
