@@ -8,7 +8,7 @@ once; an unknown id is a NotFoundError.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from datetime import datetime
@@ -16,7 +16,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 import sqlalchemy as sa
-import tenacity
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -109,10 +108,7 @@ class Store:
         """
         store = cls(make_engine(database_url(url)))
         try:
-            if store._engine.dialect.name == "sqlite":
-                _retry_sqlite_open(lambda: store._check_schema(auto_upgrade=auto_upgrade))
-            else:
-                store._check_schema(auto_upgrade=auto_upgrade)
+            store._check_schema(auto_upgrade=auto_upgrade)
         except BaseException:
             store.close()
             raise
@@ -562,31 +558,6 @@ def _running_run(session: Session, run_id: str) -> Run:
             f"{masked_url(session.get_bind().engine.url)}: run {run_id} is already {run.status}"
         )
     return run
-
-
-def _sqlite_lock_race(exc: BaseException) -> bool:
-    cause = exc.__cause__
-    return (
-        isinstance(exc, StoreError)
-        and isinstance(cause, sa.exc.OperationalError)
-        and "database is locked" in str(cause)
-    )
-
-
-def _retry_sqlite_open(check: Callable[[], None]) -> None:
-    """Run ``check`` again when SQLite reports a lock without waiting for it.
-
-    Several processes opening a brand-new file at once race to switch it to WAL; SQLite
-    answers SQLITE_BUSY to the losers without calling the busy handler (seen here in
-    about 1 of 12 three-way opens), so the busy timeout cannot help. A short retry does.
-    """
-    retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception(_sqlite_lock_race),
-        stop=tenacity.stop_after_delay(10),
-        wait=tenacity.wait_random(0.02, 0.2),
-        reraise=True,
-    )
-    retrying(check)
 
 
 def _close(run: Run, *, status: str, finished_at: datetime, error: str | None) -> None:
