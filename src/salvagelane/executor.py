@@ -152,8 +152,9 @@ class Executor:
         trigger: Trigger = Trigger.MANUAL,
         scheduled_for: datetime | None = None,
     ) -> RunOutcome:
-        """One run, from render to delivery. Returns how it ended; raises only when the
-        database itself fails (the run then stays ``running``, its raw outputs stored)."""
+        """One run, from render to delivery. Returns how it ended. Raises when the database
+        fails or on a bug: the run is then recorded ``failed`` if the database still
+        answers, and stays ``running`` otherwise; its raw outputs are stored either way."""
         run_id = self._store.start_run(
             instruction_id=instruction.id,
             definition_sha256=instruction.definition_sha256,
@@ -178,7 +179,7 @@ class Executor:
                     error=f"internal error: {type(exc).__name__}: {exc}",
                 )
                 raise
-            if outcome.status != str(Status.FAILED) or self._has_report(state):
+            if self._has_report(state):
                 outcome = self._deliver(instruction, outcome)
             log.info(
                 "run.finished",
@@ -235,12 +236,14 @@ class Executor:
         deadline = instruction.schedule.deadline_seconds
         run_began = self._monotonic()
 
+        def past_deadline() -> bool:
+            return deadline is not None and self._monotonic() - run_began >= deadline
+
         for number in range(1, retry.attempts + 1):
-            if deadline is not None and self._monotonic() - run_began >= deadline:
+            if past_deadline():
                 # Attempts already stored still compete for the report; the deadline only
                 # stops asking again.
                 log.warning("run.deadline", attempts=number - 1, deadline_seconds=deadline)
-                state.deadline_passed = True
                 break
             attempts_left = retry.attempts - number
             request = CompletionRequest(
@@ -303,8 +306,7 @@ class Executor:
                 result, finish_reason=completion.finish_reason, max_items=max_items
             )
 
-        if deadline is not None and self._monotonic() - run_began >= deadline:
-            state.deadline_passed = True
+        state.deadline_passed = past_deadline()
         return self._persist(instruction, state)
 
     def _store_completion(
@@ -333,7 +335,6 @@ class Executor:
             stream_error=completion.stream_error,
             finished_at=self._clock(),
         )
-        self._store.heartbeat(state.run_id, self._clock())
         log.info(
             "attempt.stored",
             attempt=number,
@@ -374,7 +375,6 @@ class Executor:
             stream_error=None,
             finished_at=self._clock(),
         )
-        self._store.heartbeat(state.run_id, self._clock())
         log.warning("attempt.provider_error", attempt=number, error=message)
         attempt = _Attempt(number=number, attempt_id=attempt_id, provider_error=message)
         state.attempts.append(attempt)
@@ -396,6 +396,7 @@ class Executor:
         assert chosen.result is not None
         result, completion = chosen.result, chosen.completion
         status = _run_status(result, completion)
+        counts = result.counts()
         failure: str | None = None
         if status is Status.FAILED:
             failure = _deadline_note(instruction, state, _failure(result))
@@ -415,7 +416,7 @@ class Executor:
             document_valid=result.document_valid,
             truncated=result.truncated,
             finish_reason=str(completion.finish_reason),
-            counts=result.counts(),
+            counts=counts,
             items=[
                 ReportItemRecord(
                     source_index=item.index,
@@ -436,7 +437,6 @@ class Executor:
             report=report,
             quarantined=quarantined,
         )
-        counts = result.counts()
         return RunOutcome(
             run_id=state.run_id,
             instruction_id=instruction.id,
