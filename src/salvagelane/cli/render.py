@@ -10,6 +10,7 @@ from typing import Any
 
 from salvagelane.errors import NotFoundError
 from salvagelane.executor import RunOutcome
+from salvagelane.store import RunDetail, RunSummary
 
 _ITEM_WIDTH = 110
 _SNIPPET_WIDTH = 90
@@ -69,7 +70,7 @@ def run_outcome(outcome: RunOutcome, database: str) -> str:
     return "\n".join(lines)
 
 
-def runs_table(runs: Sequence[Any]) -> str:
+def runs_table(runs: Sequence[RunSummary]) -> str:
     """``runs list``: one line per run."""
     if not runs:
         return "no runs stored yet (salvagelane run INSTRUCTION stores one)"
@@ -95,7 +96,7 @@ def runs_table(runs: Sequence[Any]) -> str:
     )
 
 
-def run_detail(detail: Any) -> str:
+def run_detail(detail: RunDetail) -> str:
     """``runs show``: the run, its attempts, its report and its quarantine."""
     lines = [
         f"run          {detail.id}",
@@ -151,17 +152,17 @@ def run_detail(detail: Any) -> str:
             lines.append(f"  {item.position + 1}. {_one_line(text, _ITEM_WIDTH)}{origin}")
     lines.append("")
     lines.append(f"quarantined ({len(detail.quarantined)})")
-    for item in detail.quarantined:
-        where = f"item {item.source_index}" if item.source_index is not None else "output"
-        message = item.error.get("message") if isinstance(item.error, Mapping) else None
+    for held in detail.quarantined:
+        where = f"item {held.source_index}" if held.source_index is not None else "output"
+        message = held.error.get("message") or held.error
         lines.append(
-            f"  #{item.id} {where} of attempt {item.attempt_number}: {item.reason} "
-            f"[{item.review_status}]"
+            f"  #{held.id} {where} of attempt {held.attempt_number}: {held.reason} "
+            f"[{held.review_status}]"
         )
-        lines.append(f"      {_one_line(str(message or item.error), _ITEM_WIDTH)}")
+        lines.append(f"      {_one_line(str(message), _ITEM_WIDTH)}")
         lines.append(
-            f"      span {item.span_start}-{item.span_end}, sha256 {item.sha256[:12]}: "
-            f"{_one_line(item.snippet, _SNIPPET_WIDTH)!r}"
+            f"      span {held.span_start}-{held.span_end}, sha256 {(held.sha256 or '-')[:12]}: "
+            f"{_one_line(held.snippet or '', _SNIPPET_WIDTH)!r}"
         )
     for delivery in detail.deliveries:
         state = delivery.status + (f": {delivery.error}" if delivery.error else "")
@@ -169,7 +170,7 @@ def run_detail(detail: Any) -> str:
     return "\n".join(lines)
 
 
-def raw_output(detail: Any, number: int) -> str:
+def raw_output(detail: RunDetail, number: int) -> str:
     """The raw output of attempt ``number``, exactly as stored."""
     for attempt in detail.attempts:
         if attempt.number == number:
@@ -178,7 +179,7 @@ def raw_output(detail: Any, number: int) -> str:
                     f"run {detail.id}: attempt {number} has no output "
                     f"(the call failed: {attempt.provider_error})"
                 )
-            return str(attempt.raw_output)
+            return attempt.raw_output
     raise NotFoundError(
         f"run {detail.id}: no attempt {number}; expected 1 to {len(detail.attempts)}"
     )

@@ -6,13 +6,17 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from salvagelane.cli import render
 from salvagelane.cli.app import EXIT_INVALID, cli
 from salvagelane.errors import DefinitionError, NotFoundError
+
+if TYPE_CHECKING:  # imported lazily at run time: `salvage` and `check` never need them
+    from salvagelane.definitions import Instruction
+    from salvagelane.store import Store
 
 DATABASE_HELP = (
     "Database URL (sqlite:///file.db or postgresql://...). "
@@ -33,7 +37,7 @@ instructions_option = click.option(
 
 
 @contextmanager
-def open_store(database: str | None) -> Iterator[Any]:
+def open_store(database: str | None) -> Iterator[Store]:
     """The store at ``database`` (or the environment's default), upgraded if new."""
     from salvagelane import environment
     from salvagelane.store import Store
@@ -42,7 +46,7 @@ def open_store(database: str | None) -> Iterator[Any]:
         yield store
 
 
-def find_instruction(reference: str, directory: Path) -> Any:
+def find_instruction(reference: str, directory: Path) -> Instruction:
     """The definition named by ``reference``: a path to a YAML file, or an id looked up in
     ``directory`` (``<id>.yaml`` first, then every definition's ``id``)."""
     from salvagelane.definitions import definition_files, load_instruction
