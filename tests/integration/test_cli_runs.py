@@ -67,10 +67,14 @@ def test_the_main_job_twice_gives_two_listed_runs(database_url: str) -> None:
     assert listed.returncode == 0, listed.stderr
     rows = listed.stdout.splitlines()
     assert rows[0].split() == [
-        "RUN", "CREATED", "(UTC)", "INSTRUCTION", "TRIGGER", "STATUS", "KEPT", "QUAR", "FINISH",
+        "RUN", "CREATED", "(UTC)", "INSTRUCTION", "TRIGGER", "FIRE", "(UTC)", "STATUS", "KEPT",
+        "QUAR", "FINISH",
     ]  # fmt: skip
     assert [row.split()[0] for row in rows[1:]] == [outcome["run_id"][:8], run_id[:8]]
-    assert all(row.split()[4:9] == ["replay", "partial", "7", "1", "length"] for row in rows[1:])
+    # A manual (replayed) run claims no fire: its FIRE column is "-".
+    assert all(
+        row.split()[4:10] == ["replay", "-", "partial", "7", "1", "length"] for row in rows[1:]
+    )
 
 
 def test_runs_show_explains_the_report_and_the_quarantine(database_url: str) -> None:

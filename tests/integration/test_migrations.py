@@ -21,7 +21,7 @@ from salvagelane.store import (
     upgrade,
 )
 from salvagelane.store.engine import MIGRATIONS_DIR
-from salvagelane.store.models import Base
+from salvagelane.store.models import Base, UTCDateTime
 
 NOW = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -41,7 +41,8 @@ def test_migration_environment_ships_inside_the_package() -> None:
     assert (MIGRATIONS_DIR / "script.py.mako").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0001_initial.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0002_fire_claims.py").is_file()
-    assert head_revision() == "0002"
+    assert (MIGRATIONS_DIR / "versions" / "0003_fire_retries_and_schedules.py").is_file()
+    assert head_revision() == "0003"
 
 
 def test_upgrade_builds_exactly_the_models_schema(database_url: str) -> None:
@@ -77,19 +78,52 @@ def test_downgrade_to_base_leaves_no_tables(database_url: str) -> None:
     assert _table_names(database_url) == set(Base.metadata.tables) | {"alembic_version"}
 
 
+def _seed_at_0001(url: str) -> tuple[str, str]:
+    """A finished scheduled run and its attempt, inserted as the 0001 schema stores them
+    (the models describe the newest schema, so the ORM cannot write an old one);
+    timestamps bound as the store binds them, so SQLite holds the same text."""
+    run_id, attempt_id = "r" * 36, "a" * 36
+    engine = make_engine(url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                sa.text(
+                    "INSERT INTO runs (id, instruction_id, definition_sha256, trigger,"
+                    " scheduled_for, status, created_at, started_at, finished_at)"
+                    " VALUES (:id, 'daily', :sha, 'schedule', :now, 'running', :now, :now, :now)"
+                ).bindparams(sa.bindparam("now", type_=UTCDateTime)),
+                {"id": run_id, "sha": "d" * 64, "now": NOW},
+            )
+            connection.execute(
+                sa.text(
+                    "INSERT INTO attempts (id, run_id, number, started_at, request, raw_output)"
+                    " VALUES (:id, :run, 1, :now, '{}', :raw)"
+                ).bindparams(sa.bindparam("now", type_=UTCDateTime)),
+                {"id": attempt_id, "run": run_id, "now": NOW, "raw": b"[]"},
+            )
+            connection.execute(
+                sa.text("UPDATE runs SET status = 'ok', best_attempt_id = :a WHERE id = :r"),
+                {"a": attempt_id, "r": run_id},
+            )
+    finally:
+        engine.dispose()
+    return run_id, attempt_id
+
+
 def test_fire_claims_migrate_a_database_that_has_runs(database_url: str) -> None:
-    # 0002 adds the one-run-per-fire index to a runs table whose rows other tables
-    # reference; on SQLite (foreign keys on) a table rebuild would fail here.
+    # 0002 adds the one-run-per-fire index and 0003 the fire attempt to a runs table
+    # whose rows other tables reference; on SQLite (foreign keys on) a table rebuild
+    # would fail here.
     upgrade(database_url, "0001")
-    with Store(make_engine(database_url)) as store:
-        run_id, attempt_id = _seed_finished_run(store, scheduled_for=NOW, items=0)
+    run_id, attempt_id = _seed_at_0001(database_url)
 
     upgrade(database_url)
 
-    assert current_revision(database_url) == "0002"
+    assert current_revision(database_url) == head_revision()
     with Store.open(database_url, auto_upgrade=False) as store:
         detail = store.get_run(run_id)
         assert (detail.status, detail.best_attempt_id) == ("ok", attempt_id)
+        assert (detail.fire_attempt, detail.retry_of) == (1, None)
         assert [a.raw_output for a in detail.attempts] == ["[]"]
         with pytest.raises(DuplicateFireError):
             store.start_run(
@@ -102,7 +136,37 @@ def test_fire_claims_migrate_a_database_that_has_runs(database_url: str) -> None
 
     downgrade(database_url, "0001")
     assert current_revision(database_url) == "0001"
-    assert _table_names(database_url) == set(Base.metadata.tables) | {"alembic_version"}
+    assert _table_names(database_url) == (
+        set(Base.metadata.tables) - {"schedules"} | {"alembic_version"}
+    )
+
+
+def test_downgrade_below_fire_retries_refuses_while_a_retry_exists(database_url: str) -> None:
+    upgrade(database_url)
+    with Store.open(database_url, auto_upgrade=False) as store:
+        first = store.start_run(
+            instruction_id="daily",
+            definition_sha256="d" * 64,
+            trigger="schedule",
+            scheduled_for=NOW,
+            now=NOW,
+        )
+        assert store.mark_interrupted(first, now=NOW, error="stopped")
+        store.start_run(
+            instruction_id="daily",
+            definition_sha256="d" * 64,
+            trigger="schedule",
+            scheduled_for=NOW,
+            now=NOW,
+            retry_of=first,
+        )
+
+    with pytest.raises(RuntimeError, match="1 run\\(s\\) retry an interrupted fire"):
+        downgrade(database_url, "0002")
+
+    assert current_revision(database_url) == head_revision()
+    with Store.open(database_url, auto_upgrade=False) as store:
+        assert len(store.list_runs()) == 2
 
 
 def _seed_finished_run(

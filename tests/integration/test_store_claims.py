@@ -291,3 +291,74 @@ def test_mark_interrupted_ends_only_a_running_run(store: Store) -> None:
     assert store.get_run(done).status == "failed"
     with pytest.raises(NotFoundError):
         store.mark_interrupted("00000000-0000-4000-8000-000000000000", now=later, error="x")
+
+
+def retry(store: Store, retry_of: str, *, scheduled_for: datetime = FIRE) -> str:
+    return store.start_run(
+        instruction_id="daily",
+        definition_sha256=SHA,
+        trigger="schedule",
+        scheduled_for=scheduled_for,
+        now=NOW,
+        retry_of=retry_of,
+    )
+
+
+def test_an_interrupted_fire_is_retried_once(store: Store) -> None:
+    first = claim(store)
+    assert store.mark_interrupted(first, now=NOW, error="stopped")
+
+    second = retry(store, first)
+
+    detail = store.get_run(second)
+    assert (detail.fire_attempt, detail.retry_of, detail.scheduled_for) == (2, first, FIRE)
+    with pytest.raises(DuplicateFireError):
+        retry(store, first)  # another node retrying the same fire loses the claim
+    with pytest.raises(DuplicateFireError):
+        claim(store)  # and the fire itself stays claimed
+
+
+def test_a_retry_needs_a_fire_time(store: Store) -> None:
+    with pytest.raises(ValueError, match="only a scheduled fire is retried"):
+        store.start_run(
+            instruction_id="daily",
+            definition_sha256=SHA,
+            trigger="manual",
+            scheduled_for=None,
+            now=NOW,
+            retry_of="x" * 36,
+        )
+
+
+def test_unretried_interrupted_fires_lists_what_a_restart_may_retry(store: Store) -> None:
+    older = claim(store, scheduled_for=FIRE - timedelta(hours=2))
+    retried = claim(store, scheduled_for=FIRE - timedelta(minutes=30))
+    waiting = claim(store, scheduled_for=FIRE)
+    finished = claim(store, scheduled_for=FIRE + timedelta(minutes=1))
+    manual = claim(store, scheduled_for=None, trigger="manual")
+    for run_id in (older, retried, waiting, manual):
+        assert store.mark_interrupted(run_id, now=NOW, error="stopped")
+    store.fail_run(finished, finished_at=NOW, error="boom")
+    retry_run = retry(store, retried, scheduled_for=FIRE - timedelta(minutes=30))
+    assert store.mark_interrupted(retry_run, now=NOW, error="stopped again")
+
+    found = store.unretried_interrupted_fires(since=FIRE - timedelta(hours=1))
+
+    # Not: the fire before `since`, the retried one, the retry itself (a fire is retried
+    # once), a failed run, a manual run (no fire).
+    assert [(run.id, run.scheduled_for) for run in found] == [(waiting, FIRE)]
+
+
+def test_register_schedule_keeps_its_start_until_the_schedule_changes(store: Store) -> None:
+    later = NOW + timedelta(hours=5)
+
+    assert store.register_schedule("daily", cron="20 5 * * *", timezone="UTC", now=NOW) == NOW
+    assert store.register_schedule("daily", cron="20 5 * * *", timezone="UTC", now=later) == NOW
+    changed = store.register_schedule("daily", cron="0 6 * * *", timezone="UTC", now=later)
+    moved = store.register_schedule(
+        "daily", cron="0 6 * * *", timezone="Europe/Berlin", now=later + timedelta(hours=1)
+    )
+
+    assert changed == later
+    assert moved == later + timedelta(hours=1)
+    assert store.register_schedule("other", cron="* * * * *", timezone="UTC", now=later) == later

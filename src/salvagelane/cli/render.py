@@ -74,7 +74,17 @@ def runs_table(runs: Sequence[RunSummary]) -> str:
     """``runs list``: one line per run."""
     if not runs:
         return "no runs stored yet (salvagelane run INSTRUCTION stores one)"
-    header = ("RUN", "CREATED (UTC)", "INSTRUCTION", "TRIGGER", "STATUS", "KEPT", "QUAR", "FINISH")
+    header = (
+        "RUN",
+        "CREATED (UTC)",
+        "INSTRUCTION",
+        "TRIGGER",
+        "FIRE (UTC)",
+        "STATUS",
+        "KEPT",
+        "QUAR",
+        "FINISH",
+    )
     rows = [header]
     for run in runs:
         rows.append(
@@ -82,7 +92,8 @@ def runs_table(runs: Sequence[RunSummary]) -> str:
                 run.id[:8],
                 _when(run.created_at),
                 run.instruction_id,
-                run.trigger,
+                run.trigger + (" retry" if run.retry_of else ""),
+                _when(run.scheduled_for),
                 run.status + (" (sink failed)" if run.sink_status == "failed" else ""),
                 str(run.kept_count),
                 str(run.quarantined_count),
@@ -102,7 +113,8 @@ def run_detail(detail: RunDetail) -> str:
         f"run          {detail.id}",
         f"instruction  {detail.instruction_id}  (definition {detail.definition_sha256[:12]})",
         f"trigger      {detail.trigger}"
-        + (f", scheduled for {_when(detail.scheduled_for)}" if detail.scheduled_for else ""),
+        + (f", scheduled for {_when(detail.scheduled_for)}" if detail.scheduled_for else "")
+        + (f", retry of {detail.retry_of}" if detail.retry_of else ""),
         f"status       {detail.status}",
         f"started      {_when(detail.started_at)}",
         f"finished     {_when(detail.finished_at)}",

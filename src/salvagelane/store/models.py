@@ -153,11 +153,12 @@ class Run(Base):
         Index(None, "instruction_id", "created_at"),
         Index(None, "status"),
         # A scheduled fire is claimed by inserting its run row: a second claim of the same
-        # fire, from any process, violates this. Manual runs (NULL scheduled_for) are
+        # fire (and fire_attempt: the one retry of an interrupted fire is claimed the same
+        # way), from any process, violates this. Manual runs (NULL scheduled_for) are
         # unconstrained: NULLs are distinct in a unique index on both backends. A unique
         # index rather than a table constraint: SQLite can add one to a table that has
         # rows referenced by other tables without rebuilding it (see migration 0002).
-        Index(FIRE_CONSTRAINT, "instruction_id", "scheduled_for", unique=True),
+        Index(FIRE_CONSTRAINT, "instruction_id", "scheduled_for", "fire_attempt", unique=True),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -165,6 +166,8 @@ class Run(Base):
     definition_sha256: Mapped[str] = mapped_column(Text)
     trigger: Mapped[str] = mapped_column(Text)
     scheduled_for: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    fire_attempt: Mapped[int] = mapped_column(Integer, server_default="1")
+    retry_of: Mapped[str | None] = mapped_column(String(36))
     status: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -177,6 +180,22 @@ class Run(Base):
         String(36), ForeignKey("attempts.id", use_alter=True)
     )
     sink_status: Mapped[str | None] = mapped_column(Text)
+
+
+class ScheduleState(Base):
+    """The schedule the scheduler last ran an instruction with, and since when.
+
+    Catch-up only looks for unrun fires after ``effective_since``: fires from before the
+    instruction was scheduled, or before its schedule last changed, were never due.
+    """
+
+    __tablename__ = "schedules"
+
+    instruction_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    cron: Mapped[str] = mapped_column(Text)
+    timezone: Mapped[str] = mapped_column(Text)
+    effective_since: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class Attempt(Base):

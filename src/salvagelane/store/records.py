@@ -83,11 +83,16 @@ class QuarantineRecord:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunSummary:
     """One line of ``list_runs``. ``kept_count`` counts report items; ``quarantined_count``
-    the run's quarantined items that were not superseded by another attempt's."""
+    the run's quarantined items that were not superseded by another attempt's.
+    ``scheduled_for`` is the fire a scheduled run claimed (None for manual runs);
+    ``fire_attempt`` is 2 for the one retry of an interrupted fire, named by ``retry_of``."""
 
     id: str
     instruction_id: str
     trigger: str
+    scheduled_for: datetime | None
+    fire_attempt: int
+    retry_of: str | None
     status: str
     created_at: datetime
     finished_at: datetime | None
@@ -183,7 +188,6 @@ class RunDetail(RunSummary):
     """Everything stored about one run: its summary plus attempts, report and quarantine."""
 
     definition_sha256: str
-    scheduled_for: datetime | None
     started_at: datetime
     heartbeat_at: datetime | None
     error: str | None

@@ -36,6 +36,7 @@ from salvagelane.store.models import (
     Report,
     ReportItem,
     Run,
+    ScheduleState,
     SinkDelivery,
 )
 from salvagelane.store.records import (
@@ -171,10 +172,18 @@ class Store:
         trigger: str,
         scheduled_for: datetime | None,
         now: datetime,
+        retry_of: str | None = None,
     ) -> str:
         """Record a new run as ``running``; returns its id. ``trigger`` is one of
-        :data:`~salvagelane.store.records.Trigger` (a StrEnum member will do)."""
+        :data:`~salvagelane.store.records.Trigger` (a StrEnum member will do).
+
+        With ``scheduled_for`` the insert claims that fire: DuplicateFireError when it
+        already has a run. ``retry_of`` names an interrupted run of the same fire that
+        this one repeats; the retry is claimed the same way, so a fire is retried once.
+        """
         _check_vocabulary("trigger", trigger, _TRIGGERS)
+        if retry_of is not None and scheduled_for is None:
+            raise ValueError("retry_of: only a scheduled fire is retried; pass its scheduled_for")
         run_id = _new_id()
         run = Run(
             id=run_id,
@@ -182,6 +191,8 @@ class Store:
             definition_sha256=definition_sha256,
             trigger=trigger,
             scheduled_for=scheduled_for,
+            fire_attempt=1 if retry_of is None else 2,
+            retry_of=retry_of,
             status="running",
             created_at=now,
             started_at=now,
@@ -229,6 +240,7 @@ class Store:
             definition_sha256=definition_sha256,
             trigger="schedule",
             scheduled_for=scheduled_for,
+            fire_attempt=1,
             status="missed",
             created_at=now,
             started_at=now,
@@ -429,6 +441,45 @@ class Store:
             run.sink_status = "failed" if "failed" in latest.values() else "delivered"
 
     # --- reads ------------------------------------------------------------------------------
+
+    def unretried_interrupted_fires(self, *, since: datetime) -> list[RunSummary]:
+        """Interrupted runs of scheduled fires at or after ``since`` that no run retries
+        yet (and that are not retries themselves), oldest fire first."""
+        retried = sa.select(Run.retry_of).where(Run.retry_of.is_not(None))
+        stmt = (
+            sa.select(Run)
+            .where(
+                Run.status == "interrupted",
+                Run.scheduled_for.is_not(None),
+                Run.scheduled_for >= since,
+                Run.fire_attempt == 1,
+                Run.id.not_in(retried),
+            )
+            .order_by(Run.scheduled_for, Run.id)
+        )
+        with self._transaction("list interrupted fires") as session:
+            return _summaries(session, list(session.scalars(stmt)))
+
+    def register_schedule(
+        self, instruction_id: str, *, cron: str, timezone: str, now: datetime
+    ) -> datetime:
+        """Remember that ``instruction_id`` is scheduled with ``cron`` in ``timezone``;
+        returns since when: ``now`` for a new or changed schedule, else the stored moment."""
+        with self._transaction(f"register the schedule of {instruction_id}") as session:
+            state = session.get(ScheduleState, instruction_id, with_for_update=True)
+            if state is None:
+                state = ScheduleState(
+                    instruction_id=instruction_id,
+                    cron=cron,
+                    timezone=timezone,
+                    effective_since=now,
+                    updated_at=now,
+                )
+                session.add(state)
+            elif (state.cron, state.timezone) != (cron, timezone):
+                state.cron, state.timezone, state.effective_since = cron, timezone, now
+            state.updated_at = now
+            return state.effective_since
 
     def last_scheduled_for(self, instruction_id: str) -> datetime | None:
         """The newest fire time of any run row of ``instruction_id`` (any status, missed
