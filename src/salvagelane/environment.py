@@ -45,4 +45,3 @@ def log_format() -> str | None:
     """``json`` or ``console`` from ``SALVAGELANE_LOG_FORMAT``; None lets the terminal decide."""
     value = os.environ.get("SALVAGELANE_LOG_FORMAT", "").strip().lower()
     return value or None
-

@@ -52,9 +52,11 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    retries = op.get_bind().execute(
-        sa.text("SELECT count(*) FROM runs WHERE fire_attempt > 1")
-    ).scalar_one()
+    retries = (
+        op.get_bind()
+        .execute(sa.text("SELECT count(*) FROM runs WHERE fire_attempt > 1"))
+        .scalar_one()
+    )
     if retries:
         # A retry shares its fire's time: 0002's index cannot hold both rows, and deleting
         # a run (with its raw outputs) is not a schema change's call to make.
