@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from salvagelane.connectors import Completion, CompletionRequest, Connector
+from salvagelane.context_sources import reference_time
 from salvagelane.core import SalvageResult, salvage
 from salvagelane.core.attempts import (
     RetryTrigger,
@@ -51,6 +52,8 @@ log = get_logger("salvagelane.executor")
 Clock = Callable[[], datetime]
 ConnectorFactory = Callable[[Instruction], Connector]
 SinkFactory = Callable[[Instruction], Sequence[Sink]]
+ClaimObserver = Callable[[str], None]
+"""Told the run id as soon as a run has claimed its fire (``serve`` tracks runs in flight)."""
 
 
 class Trigger(enum.StrEnum):
@@ -137,8 +140,10 @@ class Executor:
         clock: Clock = _utc_now,
         monotonic: Callable[[], float] = time.monotonic,
         heartbeat_seconds: float = 15.0,
+        on_claimed: ClaimObserver | None = None,
     ):
         self._store = store
+        self._on_claimed = on_claimed
         self._connector_for = connector_for
         self._sinks_for = sinks_for
         self._clock = clock
@@ -151,22 +156,37 @@ class Executor:
         *,
         trigger: Trigger = Trigger.MANUAL,
         scheduled_for: datetime | None = None,
+        retry_of: str | None = None,
     ) -> RunOutcome:
-        """One run, from render to delivery. Returns how it ended. Raises when the database
-        fails or on a bug: the run is then recorded ``failed`` if the database still
-        answers, and stays ``running`` otherwise; its raw outputs are stored either way."""
+        """One run, from render to delivery. Returns how it ended.
+
+        With ``scheduled_for`` the run first claims that fire (``retry_of``: the one retry
+        of an interrupted run of it): DuplicateFireError, before anything else happens,
+        when it is already claimed. Raises when the database fails or on a bug: the run
+        is then recorded ``failed`` if the database still answers, and stays ``running``
+        otherwise; its raw outputs are stored either way.
+        """
+        started = self._clock()
         run_id = self._store.start_run(
             instruction_id=instruction.id,
             definition_sha256=instruction.definition_sha256,
             trigger=str(trigger),
             scheduled_for=scheduled_for,
-            now=self._clock(),
+            now=started,
+            retry_of=retry_of,
         )
+        if self._on_claimed is not None:
+            self._on_claimed(run_id)
         state = _RunState(run_id=run_id)
         with bound(run_id=run_id, instruction=instruction.id):
-            log.info("run.started", trigger=str(trigger), scheduled_for=scheduled_for)
+            log.info(
+                "run.started",
+                trigger=str(trigger),
+                scheduled_for=None if scheduled_for is None else scheduled_for.isoformat(),
+                retry_of=retry_of,
+            )
             try:
-                with self._heartbeat(run_id):
+                with self._heartbeat(run_id), reference_time(scheduled_for or started):
                     outcome = self._execute(instruction, state)
             except DefinitionError as exc:
                 outcome = self._fail(instruction, state, f"definition: {exc}")
@@ -239,11 +259,13 @@ class Executor:
         def past_deadline() -> bool:
             return deadline is not None and self._monotonic() - run_began >= deadline
 
+        def time_left() -> float | None:
+            return None if deadline is None else deadline - (self._monotonic() - run_began)
+
         for number in range(1, retry.attempts + 1):
             if past_deadline():
                 # Attempts already stored still compete for the report; the deadline only
                 # stops asking again.
-                log.warning("run.deadline", attempts=number - 1, deadline_seconds=deadline)
                 break
             attempts_left = retry.attempts - number
             request = CompletionRequest(
@@ -252,6 +274,8 @@ class Executor:
                 max_output_tokens=budget,
                 temperature=spec.temperature,
                 response_schema=instruction.output.envelope_schema.schema,
+                # The call, with its own retries, ends when the run's deadline does.
+                time_limit_seconds=time_left(),
             )
             started = self._clock()
             try:
@@ -307,6 +331,8 @@ class Executor:
             )
 
         state.deadline_passed = past_deadline()
+        if state.deadline_passed:
+            log.warning("run.deadline", attempts=len(state.attempts), deadline_seconds=deadline)
         return self._persist(instruction, state)
 
     def _store_completion(

@@ -6,6 +6,7 @@ no test sleeps for real (except the timeout test, which waits for one short read
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -262,6 +263,32 @@ def test_deadline_across_retries(server: ScriptedServer, connect: Any, clock: Fa
     assert clock.sleeps == [4.0, 4.0]
     assert caught.value.status == 500
     assert "3 attempt" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("time_limit", "connector_deadline", "expected_requests", "shown"),
+    [
+        (6.0, 60.0, 2, "6 s deadline"),  # the run's remaining time shortens the call
+        (600.0, 10.0, 3, "10 s deadline"),  # but never lengthens the connector's own
+        (None, 10.0, 3, "10 s deadline"),
+    ],
+)
+def test_a_requests_time_limit_only_shortens_the_deadline(
+    server: ScriptedServer,
+    connect: Any,
+    clock: FakeClock,
+    time_limit: float | None,
+    connector_deadline: float,
+    expected_requests: int,
+    shown: str,
+) -> None:
+    for _ in range(10):
+        server.script.append(Scripted(status=500, headers={"Retry-After": "4"}))
+    request = dataclasses.replace(REQUEST, time_limit_seconds=time_limit)
+    with pytest.raises(ProviderError, match=shown):
+        connect(deadline_seconds=connector_deadline, max_attempts=10).complete(request)
+
+    assert len(server.requests) == expected_requests
 
 
 def test_attempts_are_capped(server: ScriptedServer, connect: Any, clock: FakeClock) -> None:

@@ -9,22 +9,25 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import _executor_sinks as sink_targets
 import httpx
 import pytest
+from _provider_server import Scripted, ScriptedServer
 from structlog.contextvars import merge_contextvars
 from structlog.testing import capture_logs
 
 from salvagelane import executor as executor_module
 from salvagelane.connectors import Connector, OpenAICompatibleConnector, ReplayConnector
 from salvagelane.definitions import Instruction, load_instruction
-from salvagelane.errors import StoreError
+from salvagelane.errors import DuplicateFireError, StoreError
 from salvagelane.executor import Executor, Trigger
 from salvagelane.sinks import build_sinks
 from salvagelane.store import Store, upgrade
@@ -505,3 +508,95 @@ def test_the_run_deadline_stops_asking_again_and_says_so(
         "nothing usable: no items list was found in the output"
     )
     assert store.get_run(outcome.run_id).error == outcome.error
+
+
+@pytest.fixture
+def local_provider() -> Iterator[ScriptedServer]:
+    server = ScriptedServer()
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_hanging_provider_ends_the_run_failed_at_its_deadline(
+    project: Path, store: Store, local_provider: ScriptedServer
+) -> None:
+    server = local_provider
+    # A real local server that accepts the request and never answers. The connector's
+    # own limits (120 s per call, 300 s overall) are far longer: the run's 2 s deadline
+    # is what ends the call, and no second attempt starts after it.
+    server.script.extend([Scripted(delay=30.0), Scripted(delay=30.0)])
+    instruction = definition(project, **{"deadline_seconds: 600": "deadline_seconds: 2"})
+    with httpx.Client() as client:
+        executor = Executor(
+            store,
+            connector_for=lambda spec: OpenAICompatibleConnector(
+                client,
+                base_url=server.base_url,
+                model=spec.connector.model,
+                api_key_env=spec.connector.api_key_env,
+                key_lookup=lambda name: SECRET,
+                timeout_seconds=120.0,
+                deadline_seconds=300.0,
+            ),
+        )
+        began = time.monotonic()
+        with capture_logs(processors=[merge_contextvars]) as logs:
+            outcome = executor.run(instruction)
+        elapsed = time.monotonic() - began
+
+    assert outcome.status == "failed"
+    assert outcome.error is not None
+    assert outcome.error.startswith("deadline: the run's 2 s deadline passed; "), outcome.error
+    assert 2.0 <= elapsed < 4.0, elapsed
+    assert len(server.requests) == 1
+    detail = store.get_run(outcome.run_id)
+    assert (detail.status, detail.error) == ("failed", outcome.error)
+    assert [a.provider_error is not None for a in detail.attempts] == [True]
+    assert [e["event"] for e in logs if e["event"] == "run.deadline"] == ["run.deadline"]
+
+
+def test_a_scheduled_run_claims_its_fire_and_renders_the_fire_date(
+    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+) -> None:
+    fire = datetime(2031, 2, 3, 5, 20, tzinfo=UTC)  # not today, whenever the test runs
+    provider = Provider([chat(report(items(2)))])
+    claimed: list[str] = []
+    executor = Executor(
+        store, connector_for=provider.connector_for(client_for(provider)), on_claimed=claimed.append
+    )
+
+    outcome = executor.run(definition(project), trigger=Trigger.SCHEDULE, scheduled_for=fire)
+
+    assert claimed == [outcome.run_id]
+    (request,) = provider.requests
+    assert "Today is 2031-02-03." in request["messages"][-1]["content"]
+    detail = store.get_run(outcome.run_id)
+    assert (detail.trigger, detail.scheduled_for, detail.fire_attempt) == ("schedule", fire, 1)
+    with pytest.raises(DuplicateFireError):
+        executor.run(definition(project), trigger=Trigger.SCHEDULE, scheduled_for=fire)
+    assert claimed == [outcome.run_id]  # the duplicate claimed nothing and called nothing
+    assert len(provider.requests) == 1
+
+
+def test_a_retry_of_an_interrupted_fire_is_its_second_fire_attempt(
+    project: Path, store: Store
+) -> None:
+    fire = datetime(2031, 2, 3, 5, 20, tzinfo=UTC)
+    first = store.start_run(
+        instruction_id="daily-triage",
+        definition_sha256="d" * 64,
+        trigger="catch_up",
+        scheduled_for=fire,
+        now=fire,
+    )
+    assert store.mark_interrupted(first, now=fire, error="stopped")
+
+    outcome = replay_executor(store).run(
+        definition(project), trigger=Trigger.CATCH_UP, scheduled_for=fire, retry_of=first
+    )
+
+    detail = store.get_run(outcome.run_id)
+    assert (detail.status, detail.fire_attempt, detail.retry_of) == ("partial", 2, first)

@@ -12,13 +12,16 @@ from salvagelane.core.finish import FinishReason
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CompletionRequest:
     """One prompt as sent. ``response_schema`` is the JSON Schema of the report, sent as a
-    native structured-output hint when the connector is configured to."""
+    native structured-output hint when the connector is configured to.
+    ``time_limit_seconds`` caps the whole call, retries and waits included, below the
+    connector's own deadline: what is left of the run's deadline."""
 
     system: str
     user: str
     max_output_tokens: int
     temperature: float
     response_schema: Mapping[str, Any] | None = None
+    time_limit_seconds: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

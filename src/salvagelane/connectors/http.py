@@ -310,18 +310,24 @@ class HttpCaller:
             sleep=options.get("sleep", time.sleep),
         )
 
-    def run(self, target: str, attempt: Callable[[Deadline], T]) -> tuple[T, int]:
+    def run(
+        self,
+        target: str,
+        attempt: Callable[[Deadline], T],
+        *,
+        limit_seconds: float | None = None,
+    ) -> tuple[T, int]:
         """``attempt``'s result and how many attempts it took.
 
         Retries a retryable ProviderError, waiting what the server asked (``retry_after``)
         or an exponential backoff with jitter, and gives up when the next wait would cross
-        the deadline or the attempts run out.
+        the deadline or the attempts run out. ``limit_seconds`` shortens the deadline
+        (never lengthens it): what the caller has left of its own.
         """
-        deadline = Deadline(
-            at=self.clock() + self.settings.deadline_seconds,
-            seconds=self.settings.deadline_seconds,
-            clock=self.clock,
-        )
+        seconds = self.settings.deadline_seconds
+        if limit_seconds is not None:
+            seconds = max(0.0, min(seconds, limit_seconds))
+        deadline = Deadline(at=self.clock() + seconds, seconds=seconds, clock=self.clock)
         attempts = 0
         last: list[BaseException] = []
 
@@ -352,7 +358,7 @@ class HttpCaller:
             cause = exc.last
             raise ProviderError(
                 f"{target}: gave up after {attempts} attempt(s): the next wait of "
-                f"{exc.wait:.3g} s would cross the {deadline.seconds:g} s deadline; "
+                f"{exc.wait:.3g} s would cross the {deadline.seconds:.3g} s deadline; "
                 f"last error: {cause}",
                 status=cause.status if isinstance(cause, ProviderError) else None,
                 code=cause.code if isinstance(cause, ProviderError) else None,
@@ -392,7 +398,7 @@ class HttpCaller:
         remaining = deadline.remaining()
         if remaining <= 0:
             raise ProviderError(
-                f"{url}: the {deadline.seconds:g} s deadline passed", retryable=False
+                f"{url}: the {deadline.seconds:.3g} s deadline passed", retryable=False
             )
         try:
             with self._client.stream(
@@ -432,7 +438,7 @@ class HttpCaller:
             yield chunk
             if deadline.remaining() < 0:
                 raise ProviderError(
-                    f"{url}: the {deadline.seconds:g} s deadline passed while reading",
+                    f"{url}: the {deadline.seconds:.3g} s deadline passed while reading",
                     status=response.status_code,
                     retryable=False,
                 )
@@ -630,7 +636,9 @@ class HttpConnector(abc.ABC):
                 f"{self.url}: the request body is not JSON-serialisable: {exc}"
             ) from exc
         completion, attempts = self._http.run(
-            self.url, lambda deadline: self._attempt(body, key, deadline)
+            self.url,
+            lambda deadline: self._attempt(body, key, deadline),
+            limit_seconds=request.time_limit_seconds,
         )
         return dataclasses.replace(completion, attempts=attempts)
 
