@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,11 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from apscheduler.events import (  # type: ignore[import-untyped]
+    EVENT_JOB_MAX_INSTANCES,
+    EVENT_JOB_MISSED,
+    JobEvent,
+)
 from apscheduler.jobstores.base import JobLookupError  # type: ignore[import-untyped]
 from apscheduler.schedulers.background import (  # type: ignore[import-untyped]
     BackgroundScheduler,
@@ -33,6 +39,7 @@ from apscheduler.schedulers.background import (  # type: ignore[import-untyped]
 from apscheduler.triggers.base import BaseTrigger  # type: ignore[import-untyped]
 from apscheduler.triggers.combining import OrTrigger  # type: ignore[import-untyped]
 from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
+from apscheduler.triggers.date import DateTrigger  # type: ignore[import-untyped]
 
 from salvagelane.definitions.cron import cron_fields, month_numbers, weekday_numbers
 from salvagelane.definitions.model import Instruction, Schedule
@@ -43,6 +50,7 @@ __all__ = [
     "CatchUpPlan",
     "ScheduleRow",
     "ScheduledService",
+    "SkipListener",
     "cron_trigger",
     "fire_times",
     "latest_fire_time",
@@ -367,22 +375,50 @@ def run_scheduled(
     _resolve(target)(instruction_id=instruction_id, scheduled_for=scheduled.isoformat())
 
 
+SkipListener = Callable[[str, Sequence[datetime], str], None]
+"""Told ``(instruction_id, fire_times, reason)`` when APScheduler skips due fires."""
+
+_ONE_OFF_PREFIX = "once:"
+
+
 class ScheduledService:
     """A background APScheduler (UTC, in-memory jobs) with one job per instruction.
 
     ``target`` names, as ``module:function``, what runs a fire: it is called as
-    ``target(instruction_id=..., scheduled_for=...)`` in a worker thread. Jobs are
-    added with a textual function reference and plain-string arguments only, so they
-    would survive a persistent job store.
+    ``target(instruction_id=..., scheduled_for=...)`` in a worker thread (one-off runs
+    from :meth:`run_now` pass more keywords). Jobs are added with a textual function
+    reference and plain-string arguments only, so they would survive a persistent job
+    store. ``on_skipped`` hears of fires APScheduler did not run: too late for the
+    misfire grace, or while the instruction's previous run was still running.
     """
 
-    def __init__(self, *, target: str, max_workers: int = 10) -> None:
+    def __init__(
+        self, *, target: str, max_workers: int = 10, on_skipped: SkipListener | None = None
+    ) -> None:
         _resolve(target)  # fail now, not at the first fire
         self._target = target
+        self._on_skipped = on_skipped
         self._scheduler: Any = BackgroundScheduler(
             timezone=UTC,
             executors={"default": {"type": "threadpool", "max_workers": max_workers}},
         )
+        if on_skipped is not None:
+            self._scheduler.add_listener(self._skipped, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
+            # Skips reach the listener, which records and logs them as structured events;
+            # APScheduler's own unformatted warnings would only repeat them.
+            logging.getLogger("apscheduler").setLevel(logging.ERROR)
+
+    def _skipped(self, event: JobEvent) -> None:
+        assert self._on_skipped is not None
+        if event.job_id.startswith(_ONE_OFF_PREFIX):
+            return  # one-off runs have no misfire limit and are not instruction fires
+        if event.code == EVENT_JOB_MISSED:
+            times = [event.scheduled_run_time]
+            reason = "it was due later than its misfire grace allows"
+        else:
+            times = list(event.scheduled_run_times)
+            reason = "the previous run of the instruction was still running"
+        self._on_skipped(event.job_id, [t.astimezone(UTC) for t in times], reason)
 
     @property
     def running(self) -> bool:
@@ -415,6 +451,20 @@ class ScheduledService:
             replace_existing=True,
         )
 
+    def run_now(self, name: str, **kwargs: str | None) -> None:
+        """Call the target once with ``kwargs``, as soon as a worker is free (catch-ups,
+        retries). ``name`` identifies the one-off job; a pending one of that name is
+        replaced. No misfire limit: once asked for, it runs, however busy the pool."""
+        self._scheduler.add_job(
+            self._target,
+            trigger=DateTrigger(run_date=datetime.now(UTC), timezone=UTC),
+            kwargs=kwargs,
+            id=_ONE_OFF_PREFIX + name,
+            name=name,
+            misfire_grace_time=None,
+            replace_existing=True,
+        )
+
     def remove_instruction(self, instruction_id: str) -> None:
         """Unschedule an instruction; NotFoundError when it is not scheduled."""
         try:
@@ -427,6 +477,8 @@ class ScheduledService:
         now = datetime.now(UTC)
         result: dict[str, datetime] = {}
         for job in self._scheduler.get_jobs():
+            if job.id.startswith(_ONE_OFF_PREFIX):
+                continue
             # Before start() jobs are pending and have no next_run_time yet.
             fire = job.trigger.get_next_fire_time(None, now) if job.pending else job.next_run_time
             if fire is not None:
@@ -438,6 +490,7 @@ class ScheduledService:
         self._scheduler.start()
 
     def shutdown(self, *, wait: bool = True) -> None:
-        """Stop firing; with ``wait``, return only after running jobs have finished."""
+        """Stop firing; with ``wait``, return only after running jobs have finished.
+        Without, runs already started go on in their worker threads."""
         if self._scheduler.running:
             self._scheduler.shutdown(wait=wait)

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-from salvagelane.cli import db_commands, run_commands, salvage_commands, schedule_commands
+from salvagelane.cli import (
+    db_commands,
+    run_commands,
+    salvage_commands,
+    schedule_commands,
+    serve_commands,
+)
 from salvagelane.cli.app import cli, main
 
-__all__ = ["cli", "db_commands", "main", "run_commands", "salvage_commands", "schedule_commands"]
+__all__ = [
+    "cli",
+    "db_commands",
+    "main",
+    "run_commands",
+    "salvage_commands",
+    "schedule_commands",
+    "serve_commands",
+]

@@ -442,6 +442,16 @@ class Store:
 
     # --- reads ------------------------------------------------------------------------------
 
+    def runs_for_fire(self, instruction_id: str, scheduled_for: datetime) -> list[RunSummary]:
+        """The runs that claimed this fire (the fire, then its retry), in that order."""
+        stmt = (
+            sa.select(Run)
+            .where(Run.instruction_id == instruction_id, Run.scheduled_for == scheduled_for)
+            .order_by(Run.fire_attempt)
+        )
+        with self._transaction(f"read the runs of a fire of {instruction_id}") as session:
+            return _summaries(session, list(session.scalars(stmt)))
+
     def unretried_interrupted_fires(self, *, since: datetime) -> list[RunSummary]:
         """Interrupted runs of scheduled fires at or after ``since`` that no run retries
         yet (and that are not retries themselves), oldest fire first."""

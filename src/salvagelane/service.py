@@ -1,0 +1,660 @@
+"""``salvagelane serve``: the long-running scheduler node.
+
+One node leads at a time (see :mod:`salvagelane.store.leadership`); the others stand by
+and poll the lock. The leader schedules every instruction definition, and on taking the
+lead it first settles what happened while nobody led:
+
+1. runs left ``running`` whose heartbeat went stale are marked ``interrupted`` (their
+   raw outputs stay), and an interrupted scheduled run is retried once while its fire
+   is still within the misfire grace;
+2. per instruction, the newest fire that passed unrun is run once as a ``catch_up`` if
+   still within grace; older unrun fires are recorded as ``missed``.
+
+Every fire claims (instruction, fire time) in the database before it runs, so a
+duplicate (another node, a catch-up racing the scheduler, an external ``run
+--scheduled-for``) does nothing but log ``fire.duplicate``. The leader repeats step 1
+every poll interval, so a run of a node that died is noticed without a restart.
+
+Stopping (SIGTERM/SIGINT) ends new fires at once, lets runs in flight finish for up to
+the shutdown timeout, then marks those still going ``interrupted``. SIGHUP reloads the
+definitions; a definition that no longer loads is reported and its previous version kept.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Protocol
+
+from salvagelane.definitions import Instruction, definition_files, load_instruction
+from salvagelane.errors import (
+    ConfigurationError,
+    DefinitionError,
+    DuplicateFireError,
+    SalvagelaneError,
+)
+from salvagelane.executor import ConnectorFactory, Executor, SinkFactory, Trigger
+from salvagelane.logs import bound, get_logger
+from salvagelane.scheduler import (
+    ScheduledService,
+    plan_catch_up,
+    render_schedule_table,
+    schedule_table,
+)
+from salvagelane.store import Store
+
+__all__ = [
+    "TARGET",
+    "DefinitionSet",
+    "LeaderLock",
+    "ServeSettings",
+    "Service",
+    "fire",
+    "load_definitions",
+]
+
+log = get_logger("salvagelane.service")
+
+TARGET = "salvagelane.service:fire"
+"""The textual job reference every scheduled job names."""
+
+Announce = Callable[[str], None]
+Clock = Callable[[], datetime]
+
+_RETRYABLE_TRIGGERS = frozenset({str(Trigger.SCHEDULE), str(Trigger.CATCH_UP)})
+
+
+class LeaderLock(Protocol):
+    """What the service needs of :mod:`salvagelane.store.leadership`'s locks."""
+
+    def try_acquire(self) -> bool: ...
+
+    def acquire(self) -> None: ...
+
+    def is_held(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ServeSettings:
+    """How a node serves. ``standby``: wait for the leader lock (PostgreSQL) rather than
+    refuse to start when another node holds it (SQLite: one node only)."""
+
+    instructions_dir: Path
+    standby: bool = True
+    poll_seconds: float = 5.0
+    shutdown_timeout_seconds: float = 30.0
+    heartbeat_seconds: float = 15.0
+    stale_after_seconds: float = 60.0
+    max_workers: int = 4
+    look_back: timedelta = timedelta(days=7)
+
+    def problem(self) -> str | None:
+        """What is unusable about these settings, or None."""
+        if min(self.poll_seconds, self.heartbeat_seconds, self.stale_after_seconds) <= 0:
+            return "poll, heartbeat and stale-after seconds must be positive"
+        if self.shutdown_timeout_seconds < 0:
+            return "the shutdown timeout must not be negative"
+        if self.stale_after_seconds < 2 * self.heartbeat_seconds:
+            # A live run beats every heartbeat_seconds; a threshold closer than two beats
+            # would take one slow database write for a dead process.
+            return (
+                f"stale-after ({self.stale_after_seconds:g} s) must be at least twice the "
+                f"heartbeat ({self.heartbeat_seconds:g} s)"
+            )
+        if self.max_workers < 1:
+            return "max workers must be at least 1"
+        return None
+
+
+# --- definitions -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DefinitionSet:
+    """The definitions a node schedules. ``problems`` are the files that did not load
+    (with why); ``kept`` the ids whose previous version stays because their file broke."""
+
+    instructions: Mapping[str, Instruction]
+    problems: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+
+
+def load_definitions(
+    directory: Path, previous: Mapping[str, Instruction] | None = None
+) -> DefinitionSet:
+    """Every loadable definition in ``directory``, by id.
+
+    A file that does not load is reported in ``problems``; if ``previous`` held a
+    definition from that file, it is kept. A definition whose file is gone is dropped.
+    ConfigurationError when the directory itself is missing.
+    """
+    previous = previous or {}
+    by_source = {instruction.source.resolve(): instruction for instruction in previous.values()}
+    loaded: dict[str, Instruction] = {}
+    problems: list[str] = []
+    kept: list[str] = []
+    for path in definition_files(directory):
+        try:
+            instruction = load_instruction(path)
+        except DefinitionError as exc:
+            old = by_source.get(path.resolve())
+            if old is not None and old.id not in loaded:
+                loaded[old.id] = old
+                kept.append(old.id)
+                problems.append(f"{exc} (keeping the previous version of {old.id})")
+            else:
+                problems.append(str(exc))
+            continue
+        other = loaded.get(instruction.id)
+        if other is not None:
+            problems.append(
+                f"{path}: id: expected an id no other definition uses, got "
+                f"{instruction.id!r}, which {other.source} uses too (ignoring {path.name})"
+            )
+            continue
+        loaded[instruction.id] = instruction
+    return DefinitionSet(instructions=loaded, problems=tuple(problems), kept=tuple(kept))
+
+
+# --- the job function ------------------------------------------------------------------------
+
+_active: Service | None = None
+_active_guard = threading.Lock()
+
+
+def fire(
+    *,
+    instruction_id: str,
+    scheduled_for: str,
+    trigger: str = "schedule",
+    retry_of: str | None = None,
+) -> None:
+    """The job function (named textually by :data:`TARGET`): run one fire on the
+    service of this process."""
+    service = _active
+    if service is None:
+        log.warning("fire.dropped", instruction=instruction_id, reason="no service is running")
+        return
+    service.fire(
+        instruction_id,
+        datetime.fromisoformat(scheduled_for),
+        trigger=Trigger(trigger),
+        retry_of=retry_of,
+    )
+
+
+# --- the service -----------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True, slots=True)
+class _Flags:
+    """What signal handlers ask for; the main loop acts on it."""
+
+    wake: threading.Event = field(default_factory=threading.Event)
+    stop_reason: str | None = None
+    reload: bool = False
+
+
+class Service:
+    """One scheduler node. :meth:`serve` blocks until :meth:`request_stop`.
+
+    ``connector_for`` and ``sinks_for`` build what each run calls (as for
+    :class:`~salvagelane.executor.Executor`); ``announce`` prints human lines (the
+    schedule table, standby and stop notices); ``clock`` is the wall clock.
+    """
+
+    def __init__(
+        self,
+        settings: ServeSettings,
+        *,
+        store: Store,
+        lock: LeaderLock,
+        connector_for: ConnectorFactory,
+        sinks_for: SinkFactory,
+        announce: Announce = lambda line: None,
+        clock: Clock = lambda: datetime.now(UTC),
+    ) -> None:
+        if problem := settings.problem():
+            raise ConfigurationError(f"serve: {problem}")
+        self._settings = settings
+        self._store = store
+        self._lock = lock
+        self._connector_for = connector_for
+        self._sinks_for = sinks_for
+        self._announce = announce
+        self._clock = clock
+        self._flags = _Flags()
+        self._guard = threading.Lock()
+        self._definitions: Mapping[str, Instruction] = {}
+        self._in_flight: dict[str, str] = {}  # run id -> instruction id
+        self._instruction_locks: dict[str, threading.Lock] = {}
+        self._retries_asked: set[str] = set()
+        self._scheduler: ScheduledService | None = None
+        self._stopping = threading.Event()
+        self.abandoned_runs: tuple[str, ...] = ()
+        """Runs still executing when the node stopped (marked interrupted)."""
+
+    # --- control, from signal handlers ----------------------------------------------------
+
+    def request_stop(self, reason: str) -> None:
+        """Stop: no new fires; runs in flight get the shutdown timeout. Signal-safe."""
+        self._flags.stop_reason = self._flags.stop_reason or reason
+        self._stopping.set()
+        self._flags.wake.set()
+
+    def request_reload(self) -> None:
+        """Reload the definitions at the next chance. Signal-safe."""
+        self._flags.reload = True
+        self._flags.wake.set()
+
+    @property
+    def definitions(self) -> Mapping[str, Instruction]:
+        return self._definitions
+
+    @property
+    def in_flight(self) -> dict[str, str]:
+        """Runs executing now: run id -> instruction id."""
+        with self._guard:
+            return dict(self._in_flight)
+
+    # --- the main loop --------------------------------------------------------------------
+
+    def load(self) -> DefinitionSet:
+        """Load the definitions (first start); ConfigurationError when none loads."""
+        found = load_definitions(self._settings.instructions_dir)
+        self._report_problems(found)
+        if not found.instructions:
+            raise ConfigurationError(
+                f"{self._settings.instructions_dir}: no loadable instruction definition to "
+                "schedule (salvagelane check says what is wrong)"
+            )
+        self._definitions = found.instructions
+        return found
+
+    def serve(self) -> None:
+        """Stand by until leading, lead until stopped (or the lead is lost), repeat."""
+        global _active
+        with _active_guard:
+            if _active is not None:
+                raise SalvagelaneError("another salvagelane service is running in this process")
+            _active = self
+        try:
+            if not self._definitions:
+                self.load()
+            if not self._settings.standby:
+                self._lock.acquire()  # refuses, with the lock's own explanation
+            standing_by = False
+            while not self._stopping.is_set():
+                if self._lock.try_acquire():
+                    if standing_by:
+                        # The files may have changed while this node waited.
+                        standing_by = False
+                        self._reload()
+                    self._lead()
+                    continue
+                if not standing_by:
+                    standing_by = True
+                    log.info("leader.standby", poll_seconds=self._settings.poll_seconds)
+                    self._announce(
+                        "standby: another node leads; taking over when it stops "
+                        f"(checking every {self._settings.poll_seconds:g} s)"
+                    )
+                self._wait()
+        finally:
+            with _active_guard:
+                _active = None
+
+    def _wait(self) -> None:
+        self._flags.wake.wait(self._settings.poll_seconds)
+        self._flags.wake.clear()
+        if self._flags.reload and not self._stopping.is_set():
+            self._flags.reload = False
+            self._reload()
+
+    def _lead(self) -> None:
+        log.info("leader.acquired", instructions=len(self._definitions))
+        scheduler = ScheduledService(
+            target=TARGET, max_workers=self._settings.max_workers, on_skipped=self._skipped
+        )
+        for instruction in self._definitions.values():
+            scheduler.add_instruction(instruction)
+        self._scheduler = scheduler
+        lost = False
+        try:
+            scheduler.start()
+            # After start(): the scheduler owns fires from now on, catch-up the ones up to
+            # now; one at the boundary is claimed by whichever comes first.
+            now = self._clock()
+            self.recover(now)
+            self.catch_up(now)
+            self._announce(
+                f"leader: scheduling {len(self._definitions)} instruction(s); next fires:\n"
+                + render_schedule_table(schedule_table(self._definitions.values(), now))
+            )
+            while True:
+                self._wait()
+                if self._stopping.is_set():
+                    break
+                if not self._lock.is_held():
+                    lost = True
+                    log.error("leader.lost")
+                    self._announce("lost the scheduler lock (database connection?): standing by")
+                    break
+                self.recover(self._clock())
+        finally:
+            self._step_down(lost=lost)
+
+    def _step_down(self, *, lost: bool) -> None:
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.shutdown(wait=False)
+        timeout = self._settings.shutdown_timeout_seconds
+        reason = "the scheduler lock was lost" if lost else f"serve stopped ({self._stop_reason})"
+        waiting = self.in_flight
+        if waiting:
+            log.info("shutdown.waiting", runs=sorted(waiting), timeout_seconds=timeout)
+            self._announce(
+                f"stopping: waiting up to {timeout:g} s for {len(waiting)} run(s) to finish"
+            )
+            self._wait_for_runs(timeout)
+        abandoned = self.in_flight
+        for run_id, instruction_id in sorted(abandoned.items()):
+            with bound(run_id=run_id, instruction=instruction_id):
+                try:
+                    marked = self._store.mark_interrupted(
+                        run_id,
+                        now=self._clock(),
+                        error=(
+                            f"interrupted: {reason} and the run did not finish within the "
+                            f"{timeout:g} s shutdown timeout; its raw outputs so far are kept"
+                        ),
+                    )
+                except SalvagelaneError:
+                    log.exception("run.interrupt_failed")
+                    continue
+                if marked:
+                    log.warning("run.interrupted", reason="shutdown timeout")
+        self.abandoned_runs = tuple(sorted(abandoned))
+        self._lock.release()
+        log.info("leader.released", abandoned_runs=len(abandoned))
+
+    @property
+    def _stop_reason(self) -> str:
+        return self._flags.stop_reason or "stop requested"
+
+    def _wait_for_runs(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    # --- settling the past ----------------------------------------------------------------
+
+    def recover(self, now: datetime) -> None:
+        """Mark runs with a stale heartbeat interrupted; retry interrupted scheduled runs
+        once while their fire is within grace."""
+        stale_before = now - timedelta(seconds=self._settings.stale_after_seconds)
+        for run in self._store.interrupt_stale_runs(stale_before=stale_before, now=now):
+            log.warning(
+                "run.interrupted",
+                run_id=run.id,
+                instruction=run.instruction_id,
+                scheduled_for=_iso(run.scheduled_for),
+                reason="no heartbeat",
+            )
+        definitions = self._definitions
+        if not definitions:
+            return
+        widest = max(d.schedule.misfire_grace_seconds for d in definitions.values())
+        for run in self._store.unretried_interrupted_fires(since=now - timedelta(seconds=widest)):
+            instruction = definitions.get(run.instruction_id)
+            if (
+                instruction is None
+                or run.scheduled_for is None
+                or run.trigger not in _RETRYABLE_TRIGGERS
+                or run.id in self._retries_asked
+                or now - run.scheduled_for
+                > timedelta(seconds=instruction.schedule.misfire_grace_seconds)
+            ):
+                continue
+            self._retries_asked.add(run.id)
+            log.info(
+                "fire.retry",
+                instruction=run.instruction_id,
+                scheduled_for=_iso(run.scheduled_for),
+                retry_of=run.id,
+            )
+            self._submit(
+                f"retry:{run.id}",
+                instruction_id=run.instruction_id,
+                scheduled_for=run.scheduled_for,
+                trigger=run.trigger,
+                retry_of=run.id,
+            )
+
+    def catch_up(self, now: datetime) -> None:
+        """Run each instruction's newest unrun fire once if within grace; record the
+        older unrun fires as missed."""
+        for instruction in self._definitions.values():
+            schedule = instruction.schedule
+            since = self._store.register_schedule(
+                instruction.id, cron=schedule.cron, timezone=schedule.timezone, now=now
+            )
+            plan = plan_catch_up(
+                schedule,
+                last_recorded=self._store.last_scheduled_for(instruction.id),
+                now=now,
+                grace_seconds=schedule.misfire_grace_seconds,
+                since=max(since, now - self._settings.look_back),
+            )
+            if plan.missed:
+                self._record_missed(
+                    instruction,
+                    plan.missed,
+                    "no scheduler ran it in time, and a newer fire supersedes it"
+                    if plan.catch_up is not None
+                    else f"no scheduler ran it within its {schedule.misfire_grace_seconds} s "
+                    "misfire grace",
+                )
+            if plan.catch_up is not None:
+                log.info(
+                    "fire.catch_up", instruction=instruction.id, scheduled_for=_iso(plan.catch_up)
+                )
+                self._submit(
+                    f"catch_up:{instruction.id}",
+                    instruction_id=instruction.id,
+                    scheduled_for=plan.catch_up,
+                    trigger=str(Trigger.CATCH_UP),
+                    retry_of=None,
+                )
+
+    def _record_missed(
+        self, instruction: Instruction, fires: Sequence[datetime], reason: str
+    ) -> None:
+        for moment in fires:
+            run_id = self._store.record_missed(
+                instruction_id=instruction.id,
+                definition_sha256=instruction.definition_sha256,
+                scheduled_for=moment,
+                now=self._clock(),
+                reason=reason,
+            )
+            if run_id is not None:
+                log.warning(
+                    "fire.missed",
+                    instruction=instruction.id,
+                    scheduled_for=_iso(moment),
+                    run_id=run_id,
+                    reason=reason,
+                )
+
+    def _skipped(self, instruction_id: str, fires: Sequence[datetime], reason: str) -> None:
+        instruction = self._definitions.get(instruction_id)
+        if instruction is None:
+            return
+        try:
+            self._record_missed(instruction, fires, reason)
+        except SalvagelaneError:
+            log.exception("fire.missed_not_recorded", instruction=instruction_id)
+
+    def _submit(
+        self,
+        name: str,
+        *,
+        instruction_id: str,
+        scheduled_for: datetime,
+        trigger: str,
+        retry_of: str | None,
+    ) -> None:
+        scheduler = self._scheduler
+        if scheduler is None:
+            raise SalvagelaneError(f"cannot run {name}: this node does not lead")
+        scheduler.run_now(
+            name,
+            instruction_id=instruction_id,
+            scheduled_for=scheduled_for.isoformat(),
+            trigger=trigger,
+            retry_of=retry_of,
+        )
+
+    # --- one fire -------------------------------------------------------------------------
+
+    def fire(
+        self,
+        instruction_id: str,
+        scheduled_for: datetime,
+        *,
+        trigger: Trigger = Trigger.SCHEDULE,
+        retry_of: str | None = None,
+    ) -> None:
+        """Claim and run one fire (in a worker thread). Never raises: a fire that fails
+        is recorded on its run and logged; the scheduler goes on."""
+        with bound(instruction=instruction_id):
+            fields = {
+                "scheduled_for": _iso(scheduled_for),
+                "trigger": str(trigger),
+                "retry_of": retry_of,
+            }
+            instruction = self._definitions.get(instruction_id)
+            if instruction is None:
+                log.warning("fire.unknown", **fields)
+                return
+            log.info("fire", **fields)
+            with self._instruction_lock(instruction_id):
+                # A fire that waited for the instruction's previous run, through a stop,
+                # stays unclaimed: the next start catches it up.
+                if self._stopping.is_set():
+                    log.info("fire.skipped", reason="stopping", **fields)
+                    return
+                self._run(instruction, scheduled_for, trigger, retry_of, fields)
+
+    def _run(
+        self,
+        instruction: Instruction,
+        scheduled_for: datetime,
+        trigger: Trigger,
+        retry_of: str | None,
+        fields: dict[str, str | None],
+    ) -> None:
+        claimed: list[str] = []
+
+        def on_claimed(run_id: str) -> None:
+            claimed.append(run_id)
+            with self._guard:
+                self._in_flight[run_id] = instruction.id
+            log.info("fire.claimed", run_id=run_id, **fields)
+
+        executor = Executor(
+            self._store,
+            connector_for=self._connector_for,
+            sinks_for=self._sinks_for,
+            heartbeat_seconds=self._settings.heartbeat_seconds,
+            on_claimed=on_claimed,
+        )
+        try:
+            executor.run(
+                instruction, trigger=trigger, scheduled_for=scheduled_for, retry_of=retry_of
+            )
+        except DuplicateFireError:
+            log.info("fire.duplicate", **fields)
+        except Exception:
+            # Recorded on the run by the executor where the database allowed; the
+            # scheduler thread must survive it.
+            log.exception("fire.crashed", **fields)
+        finally:
+            with self._guard:
+                for run_id in claimed:
+                    self._in_flight.pop(run_id, None)
+
+    @contextmanager
+    def _instruction_lock(self, instruction_id: str) -> Iterator[None]:
+        # One run of an instruction at a time, whether the scheduler, a catch-up or a
+        # retry started it (APScheduler's max_instances only sees its own job).
+        with self._guard:
+            lock = self._instruction_locks.setdefault(instruction_id, threading.Lock())
+        with lock:
+            yield
+
+    # --- reload ---------------------------------------------------------------------------
+
+    def _reload(self) -> None:
+        try:
+            found = load_definitions(self._settings.instructions_dir, self._definitions)
+        except ConfigurationError as exc:
+            log.error("definitions.reload_failed", error=str(exc))
+            self._announce(f"reload failed, keeping every definition: {exc}")
+            return
+        self._report_problems(found)
+        before = self._definitions
+        after = found.instructions
+        # Jobs look their definition up when they fire, so only a new schedule needs a
+        # new job; every other change takes effect at the next fire.
+        changed = [
+            i for i in after.values() if i.id not in before or before[i.id].schedule != i.schedule
+        ]
+        updated = [
+            i.id
+            for i in after.values()
+            if i.id in before and before[i.id].definition_sha256 != i.definition_sha256
+        ]
+        removed = sorted(set(before) - set(after))
+        self._definitions = after
+        scheduler = self._scheduler
+        if scheduler is not None:
+            now = self._clock()
+            for instruction in changed:
+                scheduler.add_instruction(instruction)
+                schedule = instruction.schedule
+                self._store.register_schedule(
+                    instruction.id, cron=schedule.cron, timezone=schedule.timezone, now=now
+                )
+            for instruction_id in removed:
+                scheduler.remove_instruction(instruction_id)
+        log.info(
+            "definitions.reloaded",
+            scheduled=sorted(after),
+            rescheduled=sorted(i.id for i in changed),
+            updated=sorted(updated),
+            removed=removed,
+            kept_previous=list(found.kept),
+        )
+        self._announce(
+            f"reloaded: {len(after)} instruction(s); {len(updated)} changed, "
+            f"{len(changed)} (re)scheduled, {len(removed)} removed, "
+            f"{len(found.kept)} kept at their previous version"
+        )
+
+    def _report_problems(self, found: DefinitionSet) -> None:
+        for problem in found.problems:
+            log.error("definition.invalid", error=problem)
+            self._announce(f"invalid definition: {problem}")
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(UTC).isoformat()
