@@ -51,6 +51,7 @@ from salvagelane.store import Store
 __all__ = [
     "TARGET",
     "DefinitionSet",
+    "Fire",
     "LeaderLock",
     "ServeSettings",
     "Service",
@@ -161,6 +162,21 @@ def load_definitions(
             continue
         loaded[instruction.id] = instruction
     return DefinitionSet(instructions=loaded, problems=tuple(problems), kept=tuple(kept))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fire:
+    """A run the leader asks for outside the cron jobs: a catch-up or a retry."""
+
+    instruction_id: str
+    scheduled_for: datetime
+    trigger: Trigger
+    retry_of: str | None = None
+
+    @property
+    def name(self) -> str:
+        kind = "retry" if self.retry_of else str(self.trigger)
+        return f"{kind}:{self.instruction_id}:{self.scheduled_for.isoformat()}"
 
 
 # --- the job function ------------------------------------------------------------------------
@@ -332,8 +348,8 @@ class Service:
             # After start(): the scheduler owns fires from now on, catch-up the ones up to
             # now; one at the boundary is claimed by whichever comes first.
             now = self._clock()
-            self.recover(now)
-            self.catch_up(now)
+            self._submit(self.recover(now))
+            self._submit(self.catch_up(now))
             self._announce(
                 f"leader: scheduling {len(self._definitions)} instruction(s); next fires:\n"
                 + render_schedule_table(schedule_table(self._definitions.values(), now))
@@ -347,7 +363,7 @@ class Service:
                     log.error("leader.lost")
                     self._announce("lost the scheduler lock (database connection?): standing by")
                     break
-                self.recover(self._clock())
+                self._submit(self.recover(self._clock()))
         finally:
             self._step_down(lost=lost)
 
@@ -396,9 +412,9 @@ class Service:
 
     # --- settling the past ----------------------------------------------------------------
 
-    def recover(self, now: datetime) -> None:
-        """Mark runs with a stale heartbeat interrupted; retry interrupted scheduled runs
-        once while their fire is within grace."""
+    def recover(self, now: datetime) -> list[Fire]:
+        """Mark runs with a stale heartbeat interrupted; return the retries to run: each
+        interrupted scheduled run whose fire is within grace, once."""
         stale_before = now - timedelta(seconds=self._settings.stale_after_seconds)
         for run in self._store.interrupt_stale_runs(stale_before=stale_before, now=now):
             log.warning(
@@ -410,8 +426,9 @@ class Service:
             )
         definitions = self._definitions
         if not definitions:
-            return
+            return []
         widest = max(d.schedule.misfire_grace_seconds for d in definitions.values())
+        retries: list[Fire] = []
         for run in self._store.unretried_interrupted_fires(since=now - timedelta(seconds=widest)):
             instruction = definitions.get(run.instruction_id)
             if (
@@ -430,17 +447,20 @@ class Service:
                 scheduled_for=_iso(run.scheduled_for),
                 retry_of=run.id,
             )
-            self._submit(
-                f"retry:{run.id}",
-                instruction_id=run.instruction_id,
-                scheduled_for=run.scheduled_for,
-                trigger=run.trigger,
-                retry_of=run.id,
+            retries.append(
+                Fire(
+                    instruction_id=run.instruction_id,
+                    scheduled_for=run.scheduled_for,
+                    trigger=Trigger(run.trigger),
+                    retry_of=run.id,
+                )
             )
+        return retries
 
-    def catch_up(self, now: datetime) -> None:
-        """Run each instruction's newest unrun fire once if within grace; record the
-        older unrun fires as missed."""
+    def catch_up(self, now: datetime) -> list[Fire]:
+        """Record each instruction's unrun fires up to ``now`` as missed, but the newest
+        when it is within grace: that one is returned, to run once as a catch-up."""
+        fires: list[Fire] = []
         for instruction in self._definitions.values():
             schedule = instruction.schedule
             since = self._store.register_schedule(
@@ -466,13 +486,14 @@ class Service:
                 log.info(
                     "fire.catch_up", instruction=instruction.id, scheduled_for=_iso(plan.catch_up)
                 )
-                self._submit(
-                    f"catch_up:{instruction.id}",
-                    instruction_id=instruction.id,
-                    scheduled_for=plan.catch_up,
-                    trigger=str(Trigger.CATCH_UP),
-                    retry_of=None,
+                fires.append(
+                    Fire(
+                        instruction_id=instruction.id,
+                        scheduled_for=plan.catch_up,
+                        trigger=Trigger.CATCH_UP,
+                    )
                 )
+        return fires
 
     def _record_missed(
         self, instruction: Instruction, fires: Sequence[datetime], reason: str
@@ -503,25 +524,18 @@ class Service:
         except SalvagelaneError:
             log.exception("fire.missed_not_recorded", instruction=instruction_id)
 
-    def _submit(
-        self,
-        name: str,
-        *,
-        instruction_id: str,
-        scheduled_for: datetime,
-        trigger: str,
-        retry_of: str | None,
-    ) -> None:
+    def _submit(self, fires: Sequence[Fire]) -> None:
         scheduler = self._scheduler
         if scheduler is None:
-            raise SalvagelaneError(f"cannot run {name}: this node does not lead")
-        scheduler.run_now(
-            name,
-            instruction_id=instruction_id,
-            scheduled_for=scheduled_for.isoformat(),
-            trigger=trigger,
-            retry_of=retry_of,
-        )
+            raise SalvagelaneError("cannot submit fires: this node does not lead")
+        for one in fires:
+            scheduler.run_now(
+                one.name,
+                instruction_id=one.instruction_id,
+                scheduled_for=one.scheduled_for.isoformat(),
+                trigger=str(one.trigger),
+                retry_of=one.retry_of,
+            )
 
     # --- one fire -------------------------------------------------------------------------
 

@@ -183,3 +183,59 @@ def test_logs_are_json_lines_on_stderr_bound_to_the_run(tmp_path: Path) -> None:
     ]
     assert all(e["run_id"] == run_id and e["instruction"] == "daily-triage" for e in events)
     assert all(e["timestamp"].endswith("Z") for e in events)
+
+
+def test_an_externally_fired_run_claims_its_fire_once(database_url: str) -> None:
+    database = upgraded(database_url)
+    # 00:30 in UTC+1 is 23:30 the day before in UTC, the zone the definition's `today` uses.
+    fire = ("--scheduled-for", "2031-02-03T00:30:00+01:00")
+    first = salvagelane(
+        "run", "daily-triage", "--replay", str(FIXTURE), *fire, "--json", database=database
+    )
+    assert first.returncode == 0, first.stderr
+    run_id = json.loads(first.stdout)["run_id"]
+
+    second = salvagelane("run", "daily-triage", "--replay", str(FIXTURE), *fire, database=database)
+    again = salvagelane(
+        "run", "daily-triage", "--replay", str(FIXTURE), *fire, "--json", database=database
+    )
+
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == (
+        "already claimed: the daily-triage fire of 2031-02-02T23:30:00+00:00 has a run "
+        f"({run_id[:8]} (partial)); nothing to do\n"
+    )
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == {
+        "duplicate": True,
+        "instruction": "daily-triage",
+        "scheduled_for": "2031-02-02T23:30:00+00:00",
+        "runs": [{"run_id": run_id, "status": "partial", "trigger": "replay"}],
+    }
+    shown = json.loads(salvagelane("runs", "show", run_id, "--json", database=database).stdout)
+    assert shown["scheduled_for"] == "2031-02-02T23:30:00+00:00"
+    assert "Today is 2031-02-02." in shown["attempts"][0]["request"]["user"]
+    listed = salvagelane("runs", "list", "--json", database=database)
+    assert [run["id"] for run in json.loads(listed.stdout)] == [run_id]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2031-02-03T05:20:00", "expected a timestamp with a zone"),
+        ("tomorrow", "expected an ISO 8601 timestamp"),
+    ],
+)
+def test_a_fire_time_needs_a_zone_and_iso_8601(tmp_path: Path, value: str, expected: str) -> None:
+    proc = salvagelane(
+        "run",
+        "daily-triage",
+        "--replay",
+        str(FIXTURE),
+        "--scheduled-for",
+        value,
+        database=f"sqlite:///{tmp_path / 'x.db'}",
+    )
+    assert proc.returncode == 2
+    assert expected in proc.stderr
+    assert not (tmp_path / "x.db").exists()  # refused before anything was opened

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,8 @@ from salvagelane.errors import DefinitionError, NotFoundError
 
 if TYPE_CHECKING:  # imported lazily at run time: `salvage` and `check` never need them
     from salvagelane.definitions import Instruction
-    from salvagelane.store import Store
+    from salvagelane.errors import DuplicateFireError
+    from salvagelane.store import RunSummary, Store
 
 DATABASE_HELP = (
     "Database URL (sqlite:///file.db or postgresql://...). "
@@ -86,12 +88,21 @@ def find_instruction(reference: str, directory: Path) -> Instruction:
     help="Answer from a recorded fixture (a directory with raw.txt and meta.json) "
     "instead of calling the provider.",
 )
+@click.option(
+    "--scheduled-for",
+    "scheduled_for",
+    metavar="TIMESTAMP",
+    callback=lambda ctx, param, value: None if value is None else parse_fire_time(value),
+    help="Run as the fire of this time (ISO 8601 with a zone, e.g. 2026-11-21T05:20:00Z): "
+    "the fire is claimed first, so it runs once however many schedulers fire it.",
+)
 @instructions_option
 @database_option
 @json_option
 def run_command(
     instruction: str,
     replay: Path | None,
+    scheduled_for: datetime | None,
     instructions_dir: Path,
     database: str | None,
     as_json: bool,
@@ -101,14 +112,22 @@ def run_command(
     Renders the prompt, calls the model (or replays a fixture), stores the raw output,
     salvages the report, retries as the definition allows, and stores the report and
     the quarantine. Exit 0 when the run ended ok or partial, 1 when it failed.
+
+    With --scheduled-for (a system cron or CI job firing runs itself), a fire that
+    already has a run is not run again: the command says so and exits 0.
     """
     import httpx
 
     from salvagelane.connectors import build_connector
+    from salvagelane.errors import DuplicateFireError
     from salvagelane.executor import Executor, Trigger
     from salvagelane.sinks import build_sinks
 
     definition = find_instruction(instruction, instructions_dir)
+    if replay is not None:
+        trigger = Trigger.REPLAY
+    else:
+        trigger = Trigger.MANUAL if scheduled_for is None else Trigger.SCHEDULE
     with open_store(database) as store, httpx.Client() as client:
         executor = Executor(
             store,
@@ -120,7 +139,12 @@ def run_command(
             ),
             sinks_for=lambda spec: build_sinks(spec.sinks, client=client),
         )
-        outcome = executor.run(definition, trigger=Trigger.REPLAY if replay else Trigger.MANUAL)
+        try:
+            outcome = executor.run(definition, trigger=trigger, scheduled_for=scheduled_for)
+        except DuplicateFireError as exc:
+            existing = store.runs_for_fire(exc.instruction_id, exc.scheduled_for)
+            _report_duplicate(exc, existing, as_json=as_json)
+            return
         location = store.url
     if as_json:
         click.echo(json.dumps(outcome.to_json(), indent=2, ensure_ascii=False))
@@ -128,6 +152,42 @@ def run_command(
         click.echo(render.run_outcome(outcome, location))
     if outcome.status == "failed":
         raise click.exceptions.Exit(EXIT_INVALID)
+
+
+def parse_fire_time(text: str) -> datetime:
+    """An ISO 8601 timestamp with a zone, as UTC; click.BadParameter otherwise."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise click.BadParameter(
+            f"expected an ISO 8601 timestamp such as 2026-11-21T05:20:00Z, got {text!r}"
+        ) from exc
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise click.BadParameter(
+            f"expected a timestamp with a zone (Z or +01:00), got {text!r}: a fire time "
+            "without one would mean different fires on different hosts"
+        )
+    return moment.astimezone(UTC)
+
+
+def _report_duplicate(
+    exc: DuplicateFireError, existing: Sequence[RunSummary], *, as_json: bool
+) -> None:
+    runs = [{"run_id": run.id, "status": run.status, "trigger": run.trigger} for run in existing]
+    if as_json:
+        document = {
+            "duplicate": True,
+            "instruction": exc.instruction_id,
+            "scheduled_for": exc.scheduled_for.isoformat(),
+            "runs": runs,
+        }
+        click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        return
+    shown = ", ".join(f"{run['run_id'][:8]} ({run['status']})" for run in runs) or "-"
+    click.echo(
+        f"already claimed: the {exc.instruction_id} fire of {exc.scheduled_for.isoformat()} "
+        f"has a run ({shown}); nothing to do"
+    )
 
 
 @cli.group("runs")
