@@ -362,3 +362,15 @@ def test_register_schedule_keeps_its_start_until_the_schedule_changes(store: Sto
     assert changed == later
     assert moved == later + timedelta(hours=1)
     assert store.register_schedule("other", cron="* * * * *", timezone="UTC", now=later) == later
+
+
+def test_a_heartbeat_never_touches_a_run_that_ended(store: Store) -> None:
+    run_id = claim(store)
+    assert store.heartbeat(run_id, NOW + timedelta(seconds=5)) is True
+    assert store.mark_interrupted(run_id, now=NOW + timedelta(seconds=6), error="stopped")
+
+    assert store.heartbeat(run_id, NOW + timedelta(seconds=20)) is False
+
+    detail = store.get_run(run_id)
+    # Ending a run stamps its last sign of life; the late beat did not move it.
+    assert (detail.status, detail.heartbeat_at) == ("interrupted", NOW + timedelta(seconds=6))

@@ -350,10 +350,16 @@ class Store:
                 raise NotFoundError(f"{self.url}: no attempt with id {attempt_id}")
             attempt.outcome = outcome
 
-    def heartbeat(self, run_id: str, now: datetime) -> None:
-        """Record that the process executing ``run_id`` is alive."""
+    def heartbeat(self, run_id: str, now: datetime) -> bool:
+        """Record that the process executing ``run_id`` is alive. False (nothing written)
+        when the run has ended meanwhile, e.g. another node marked it interrupted: its
+        recorded end stays as it is."""
         with self._transaction(f"heartbeat run {run_id}") as session:
-            _get_run(session, run_id).heartbeat_at = now
+            run = _get_run(session, run_id, for_update=True)
+            if run.status != "running":
+                return False
+            run.heartbeat_at = now
+            return True
 
     def finish_run(
         self,
