@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -133,9 +134,7 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return environ
 
 
-def run_cli(
-    *args: str, cwd: Path = ROOT, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         salvagelane_command(*args),
         capture_output=True,
@@ -336,10 +335,8 @@ class Processes:
             if process.proc.poll() is None:
                 process.proc.kill()
         for process in self.started:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # pragma: no cover - a process ignoring SIGKILL
-                pass
             for stream in (process.proc.stdout, process.proc.stderr):
                 if stream is not None:
                     stream.close()
