@@ -212,6 +212,17 @@ class ServeProcess:
                 found.append(event)
         return found
 
+    def assert_quiet(self, *expected: str) -> None:
+        """Every log line is JSON, and nothing above info was logged but ``expected``
+        events (a crashed fire, a failed heartbeat, a lost lock would show here)."""
+        loud = [
+            event
+            for event in self.events()
+            if event["event"] not in expected
+            and (event["event"] == "<non-json>" or event.get("level") not in {"debug", "info"})
+        ]
+        assert loud == [], f"{self.name}: unexpected log lines {loud}\n{self.describe()}"
+
     def describe(self) -> str:
         with self._changed:
             out, err = list(self.stdout_lines), list(self.stderr_lines)
