@@ -212,12 +212,6 @@ class Executor:
             )
             return outcome
 
-    def redeliver(self, instruction: Instruction, run_id: str) -> tuple[DeliveryOutcome, ...]:
-        """Deliver a stored run's report to the definition's sinks again."""
-        with bound(run_id=run_id, instruction=instruction.id):
-            payload = self._store.get_report_payload(run_id)
-            return self._deliver_payload(instruction, run_id, payload)
-
     @contextmanager
     def _heartbeat(self, run_id: str) -> Iterator[None]:
         """Beat while the run executes, so a scheduler can tell a live run from one whose
@@ -503,30 +497,39 @@ class Executor:
     def _deliver(self, instruction: Instruction, outcome: RunOutcome) -> RunOutcome:
         if not instruction.sinks:
             return outcome
-        payload = self._store.get_report_payload(outcome.run_id)
-        deliveries = self._deliver_payload(instruction, outcome.run_id, payload)
+        deliveries = deliver_report(
+            self._store,
+            outcome.run_id,
+            self._sinks_for(instruction),
+            clock=self._clock,
+        )
         return dataclasses.replace(outcome, deliveries=deliveries)
 
-    def _deliver_payload(
-        self, instruction: Instruction, run_id: str, payload: Mapping[str, Any]
-    ) -> tuple[DeliveryOutcome, ...]:
-        outcomes = tuple(deliver_all(self._sinks_for(instruction), payload))
-        for delivery in outcomes:
-            self._store.record_sink_delivery(
-                run_id,
-                target=delivery.target,
-                kind=delivery.kind,
-                status="delivered" if delivery.ok else "failed",
-                error=delivery.error,
-                attempted_at=self._clock(),
+
+def deliver_report(
+    store: Store, run_id: str, sinks: Sequence[Sink], *, clock: Clock = _utc_now
+) -> tuple[DeliveryOutcome, ...]:
+    """Deliver a stored run's report, as stored, to ``sinks``; record each delivery on the
+    run. The executor calls it after a run; ``salvagelane runs redeliver`` after a sink
+    failed."""
+    payload = store.get_report_payload(run_id)
+    outcomes = tuple(deliver_all(sinks, payload))
+    for delivery in outcomes:
+        store.record_sink_delivery(
+            run_id,
+            target=delivery.target,
+            kind=delivery.kind,
+            status="delivered" if delivery.ok else "failed",
+            error=delivery.error,
+            attempted_at=clock(),
+        )
+        if delivery.ok:
+            log.info("sink.delivered", target=delivery.target, kind=delivery.kind)
+        else:
+            log.warning(
+                "sink.failed", target=delivery.target, kind=delivery.kind, error=delivery.error
             )
-            if delivery.ok:
-                log.info("sink.delivered", target=delivery.target, kind=delivery.kind)
-            else:
-                log.warning(
-                    "sink.failed", target=delivery.target, kind=delivery.kind, error=delivery.error
-                )
-        return outcomes
+    return outcomes
 
 
 # --- helpers ---------------------------------------------------------------------------------

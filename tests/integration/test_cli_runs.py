@@ -239,3 +239,41 @@ def test_a_fire_time_needs_a_zone_and_iso_8601(tmp_path: Path, value: str, expec
     assert proc.returncode == 2
     assert expected in proc.stderr
     assert not (tmp_path / "x.db").exists()  # refused before anything was opened
+
+
+def test_runs_redeliver_sends_the_stored_report_again(tmp_path: Path) -> None:
+    database = f"sqlite:///{tmp_path / 'runs.db'}"
+    shutil.copytree(ROOT / "instructions", tmp_path / "instructions")
+    shutil.copytree(ROOT / "schemas", tmp_path / "schemas")
+    definition = tmp_path / "instructions" / "daily-triage.yaml"
+    blocker = tmp_path / "out"
+    blocker.write_text("a file where the sink wants a directory", encoding="utf-8")
+    text = definition.read_text(encoding="utf-8")
+    definition.write_text(
+        text.replace(
+            "\nretry:\n", f"\nsinks:\n  - kind: json_file\n    path: {blocker}/r.json\nretry:\n"
+        ),
+        encoding="utf-8",
+    )
+    instructions = ("--instructions", str(tmp_path / "instructions"))
+    run = salvagelane(
+        "run", "daily-triage", "--replay", str(FIXTURE), *instructions, "--json", database=database
+    )
+    assert run.returncode == 0, run.stderr
+    outcome = json.loads(run.stdout)
+    assert [d["ok"] for d in outcome["deliveries"]] == [False]
+    blocker.unlink()
+
+    again = salvagelane(
+        "runs", "redeliver", outcome["run_id"][:8], *instructions, database=database
+    )
+
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == f"json_file  {blocker}/r.json  delivered\n"
+    written = json.loads((blocker / "r.json").read_text(encoding="utf-8"))
+    assert (written["run_id"], len(written["items"])) == (outcome["run_id"], 7)
+    listed = json.loads(salvagelane("runs", "list", "--json", database=database).stdout)
+    assert listed[0]["sink_status"] == "delivered"
+    no_sinks = salvagelane("runs", "redeliver", outcome["run_id"], database=database)
+    assert no_sinks.returncode == 2
+    assert "defines no sinks" in no_sinks.stderr

@@ -28,7 +28,7 @@ from salvagelane import executor as executor_module
 from salvagelane.connectors import Connector, OpenAICompatibleConnector, ReplayConnector
 from salvagelane.definitions import Instruction, load_instruction
 from salvagelane.errors import DuplicateFireError, StoreError
-from salvagelane.executor import Executor, Trigger
+from salvagelane.executor import Executor, Trigger, deliver_report
 from salvagelane.sinks import build_sinks
 from salvagelane.store import Store, upgrade
 
@@ -416,7 +416,8 @@ retry:
     assert len(detail.report.items) == 7
 
     monkeypatch.setattr(sink_targets, "FAIL", False)
-    again = executor.redeliver(instruction, outcome.run_id)
+    with httpx.Client() as client:
+        again = deliver_report(store, outcome.run_id, build_sinks(instruction.sinks, client=client))
     assert [d.ok for d in again] == [True, True]
     assert sink_targets.RECEIVED[-1] == written
     detail = store.get_run(outcome.run_id)

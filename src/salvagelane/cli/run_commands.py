@@ -252,8 +252,8 @@ def runs_redeliver_command(run_id: str, instructions_dir: Path, database: str | 
     """
     import httpx
 
-    from salvagelane.connectors import build_connector
-    from salvagelane.executor import Executor
+    from salvagelane.executor import deliver_report
+    from salvagelane.logs import bound
     from salvagelane.sinks import build_sinks
 
     with open_store(database) as store, httpx.Client() as client:
@@ -261,12 +261,10 @@ def runs_redeliver_command(run_id: str, instructions_dir: Path, database: str | 
         definition = find_instruction(detail.instruction_id, instructions_dir)
         if not definition.sinks:
             raise click.UsageError(f"instruction {definition.id!r} defines no sinks")
-        executor = Executor(
-            store,
-            connector_for=lambda spec: build_connector(spec.connector, client=client),
-            sinks_for=lambda spec: build_sinks(spec.sinks, client=client),
-        )
-        deliveries = executor.redeliver(definition, detail.id)
+        with bound(run_id=detail.id, instruction=definition.id):
+            deliveries = deliver_report(
+                store, detail.id, build_sinks(definition.sinks, client=client)
+            )
     for delivery in deliveries:
         state = "delivered" if delivery.ok else f"failed: {delivery.error}"
         click.echo(f"{delivery.kind:<10} {delivery.target}  {state}")
