@@ -91,6 +91,15 @@ class NotFoundError(SalvagelaneError):
     """A run, attempt or quarantined item id that the database does not hold."""
 
 
+class ReviewStateError(NotFoundError):
+    """A quarantined item that exists but not in the state a review action needs: approving
+    or rejecting an item that is not pending, approving one whose run has no report.
+
+    A NotFoundError (the CLI exits 2): like an unknown id, the operator named an item the
+    action cannot take, and nothing was changed.
+    """
+
+
 class SinkError(SalvagelaneError):
     """A report sink could not deliver the report. ``target`` names where it was going
     (a path, URL or callable, never a secret)."""

@@ -42,7 +42,8 @@ def test_migration_environment_ships_inside_the_package() -> None:
     assert (MIGRATIONS_DIR / "versions" / "0001_initial.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0002_fire_claims.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0003_fire_retries_and_schedules.py").is_file()
-    assert head_revision() == "0003"
+    assert (MIGRATIONS_DIR / "versions" / "0004_quarantine_reviews.py").is_file()
+    assert head_revision() == "0004"
 
 
 def test_upgrade_builds_exactly_the_models_schema(database_url: str) -> None:
@@ -137,8 +138,71 @@ def test_fire_claims_migrate_a_database_that_has_runs(database_url: str) -> None
     downgrade(database_url, "0001")
     assert current_revision(database_url) == "0001"
     assert _table_names(database_url) == (
-        set(Base.metadata.tables) - {"schedules"} | {"alembic_version"}
+        set(Base.metadata.tables) - {"schedules", "quarantine_reviews"} | {"alembic_version"}
     )
+
+
+def _columns(url: str, table: str) -> set[str]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            return {column["name"] for column in sa.inspect(connection).get_columns(table)}
+    finally:
+        engine.dispose()
+
+
+def test_quarantine_reviews_migrate_a_database_that_has_quarantined_items(
+    database_url: str,
+) -> None:
+    # 0004 adds review columns to quarantined_items (which reports and runs sit next to,
+    # and the new audit table references) without a rebuild, on both backends.
+    upgrade(database_url, "0001")
+    run_id, attempt_id = _seed_at_0001(database_url)
+    upgrade(database_url, "0003")
+    engine = make_engine(database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                sa.text(
+                    "INSERT INTO quarantined_items (run_id, attempt_id, instruction_id,"
+                    " source_index, reason, error, snippet, provenance, review_status,"
+                    " created_at) VALUES (:run, :attempt, 'daily', 0, 'schema', '{}', '{',"
+                    " '{}', 'pending', :now)"
+                ).bindparams(sa.bindparam("now", type_=UTCDateTime)),
+                {"run": run_id, "attempt": attempt_id, "now": NOW},
+            )
+    finally:
+        engine.dispose()
+
+    upgrade(database_url)
+
+    assert current_revision(database_url) == "0004"
+    with Store.open(database_url, auto_upgrade=False) as store:
+        (held,) = store.quarantine.list_quarantine()
+        assert (held.run_id, held.review_status, held.reviewed_by) == (run_id, "pending", None)
+        store.quarantine.reject_quarantined(held.id, actor="ops", note="noise", now=NOW)
+        detail = store.quarantine.get_quarantine(held.id)
+        assert (detail.review_status, detail.reviewed_by) == ("rejected", "ops")
+        assert [review.action for review in detail.reviews] == ["reject"]
+
+    downgrade(database_url, "0003")
+
+    assert current_revision(database_url) == "0003"
+    assert "quarantine_reviews" not in _table_names(database_url)
+    assert not {"reviewed_at", "reviewed_by", "review_note"} & _columns(
+        database_url, "quarantined_items"
+    )
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            status = connection.execute(
+                sa.text("SELECT review_status FROM quarantined_items")
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    assert status == "rejected"  # the decision stays; its audit trail went with 0004
+    upgrade(database_url)
+    assert current_revision(database_url) == "0004"
 
 
 def test_downgrade_below_fire_retries_refuses_while_a_retry_exists(database_url: str) -> None:

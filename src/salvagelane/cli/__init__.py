@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from salvagelane.cli import (
     db_commands,
+    fixture_commands,
+    quarantine_commands,
     run_commands,
     salvage_commands,
     schedule_commands,
@@ -14,7 +16,9 @@ from salvagelane.cli.app import cli, main
 __all__ = [
     "cli",
     "db_commands",
+    "fixture_commands",
     "main",
+    "quarantine_commands",
     "run_commands",
     "salvage_commands",
     "schedule_commands",

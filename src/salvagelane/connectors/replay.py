@@ -34,8 +34,10 @@ class ReplayConnector:
         raw_path = self.raw_path
         meta_path = self.fixture_dir / "meta.json"
         try:
-            text = raw_path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            # Bytes, not text mode: the output is replayed exactly as recorded (no newline
+            # translation; bytes that are not UTF-8 survive, as the store keeps them).
+            text = raw_path.read_bytes().decode("utf-8", "surrogateescape")
+        except OSError as exc:
             raise ConnectorError(f"{raw_path}: cannot read the recorded output: {exc}") from exc
         meta: dict[str, Any] = {}
         if meta_path.exists():

@@ -15,7 +15,7 @@ from salvagelane.core.records import (
     Span,
     Status,
 )
-from salvagelane.core.salvage import SalvagePolicy, salvage
+from salvagelane.core.salvage import SalvagePolicy, check_item, salvage
 from salvagelane.core.scanner import ItemsPath, ScanResult, parse_items_path, scan
 from salvagelane.core.schema import ItemSchema
 from salvagelane.core.strict import is_strict_document
@@ -37,6 +37,7 @@ __all__ = [
     "Span",
     "Status",
     "canonical_finish_reason",
+    "check_item",
     "is_strict_document",
     "parse_items_path",
     "salvage",

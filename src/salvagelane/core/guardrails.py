@@ -301,6 +301,26 @@ def select_within_limit(
     return kept, dropped
 
 
+def check_item_count(kept: int, guardrails: Guardrails) -> Rejection | None:
+    """over_limit for one item added to a report that already holds ``kept`` items.
+
+    An added item (an operator's correction) never displaces a kept one, whatever its
+    rank: the report already went out with those.
+    """
+    limit = guardrails.max_items
+    if limit is None or kept < limit:
+        return None
+    return Rejection(
+        reason=Reason.OVER_LIMIT,
+        signal=CorrectionSignal(
+            code="over_limit",
+            path="$",
+            expected=f"at most {limit} items in the report",
+            received=f"item {kept + 1}: the report already holds {kept}",
+        ),
+    )
+
+
 def lookup(data: JSONValue, dotted: str) -> tuple[bool, JSONValue]:
     """Follow a dotted key path into nested objects."""
     node = data

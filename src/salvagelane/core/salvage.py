@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from salvagelane.core import lexis
 from salvagelane.core.finish import FinishReason, canonical_finish_reason
@@ -17,6 +17,7 @@ from salvagelane.core.guardrails import (
     Guardrails,
     Rejection,
     Review,
+    check_item_count,
     check_size,
     review_item,
     select_within_limit,
@@ -31,7 +32,15 @@ from salvagelane.core.records import (
     SalvageResult,
     Span,
 )
-from salvagelane.core.scanner import Candidate, Closure, EnvelopeField, ItemsPath, ScanResult, scan
+from salvagelane.core.scanner import (
+    Candidate,
+    Closure,
+    EnvelopeField,
+    ItemsPath,
+    ScanResult,
+    bracket_extent,
+    scan,
+)
 from salvagelane.core.schema import ItemSchema
 from salvagelane.core.strict import Parsed, is_strict_document, parse_item
 
@@ -86,6 +95,41 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
         envelope_issues=tuple(issues),
         finish_reason=finish_text,
         notes=_notes(scanned),
+    )
+
+
+def check_item(
+    text: str, policy: SalvagePolicy, *, kept: int = 0, index: int = 0
+) -> AcceptedItem | QuarantinedItem:
+    """Judge one item's text (an operator's correction) as a model's item is judged.
+
+    The byte cap, then the same chain :func:`salvage` runs over every candidate (size,
+    truncation, strict parse, object, coercion, schema, allow-lists), then the item
+    count: ``kept`` items are already in the report. ``index`` is the item's position
+    as the result reports it; spans are offsets into ``text``. Pure; never raises.
+    """
+    limits = policy.guardrails
+    size = bytes_over_cap(text, limits.max_bytes)
+    if size is not None:
+        return replace(_oversize(text, size, limits, None).quarantined[0], index=index)
+    start = len(text) - len(text.lstrip(lexis.WHITESPACE))
+    end = max(start, len(text.rstrip(lexis.WHITESPACE)))
+    closure, depth = Closure.CLOSED, 0
+    if text[start : start + 1] in ("{", "["):
+        # Text after the value is left in the span: the strict parse reports it.
+        _, closure, depth = bracket_extent(text, start)
+    candidate = Candidate(
+        index=index, span=Span(start=start, end=end), closure=closure, depth=depth
+    )
+    ctx = ChainContext(guardrails=limits, schema=policy.item_schema)
+    outcome = review_item(Review(candidate=candidate, text=candidate.span.text(text)), ctx)
+    if isinstance(outcome, Rejection):
+        return _quarantine(text, candidate, outcome, limits)
+    over = check_item_count(kept, limits)
+    if over is not None:
+        return _quarantine(text, candidate, over, limits)
+    return AcceptedItem(
+        index=index, data=outcome.data, span=candidate.span, coercions=outcome.coercions
     )
 
 

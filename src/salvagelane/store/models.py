@@ -267,6 +267,7 @@ class QuarantinedItem(Base):
         Index(None, "instruction_id", "created_at"),
         Index(None, "reason", "created_at"),
         Index(None, "review_status", "created_at"),
+        Index(None, "created_at"),  # unfiltered listing, newest first (migration 0004)
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -284,6 +285,32 @@ class QuarantinedItem(Base):
     provenance: Mapped[Any] = mapped_column(JSONText)
     review_status: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The last review decision (approve or reject); the full trail is quarantine_reviews.
+    reviewed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    reviewed_by: Mapped[str | None] = mapped_column(Text)
+    review_note: Mapped[str | None] = mapped_column(SafeText)
+
+
+class QuarantineReview(Base):
+    """One operator action on a quarantined item: the audit trail, never updated.
+
+    ``before`` and ``after`` hold the values the action changed (or would have: a refused
+    approval keeps the operator's candidate in ``after`` and the correction signal in
+    ``error``).
+    """
+
+    __tablename__ = "quarantine_reviews"
+    __table_args__ = (Index(None, "quarantine_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    quarantine_id: Mapped[int] = mapped_column(Integer, ForeignKey("quarantined_items.id"))
+    action: Mapped[str] = mapped_column(Text)
+    actor: Mapped[str] = mapped_column(SafeText)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    note: Mapped[str | None] = mapped_column(SafeText)
+    before: Mapped[Any] = mapped_column(JSONText, nullable=True)
+    after: Mapped[Any] = mapped_column(JSONText, nullable=True)
+    error: Mapped[Any] = mapped_column(JSONText, nullable=True)
 
 
 class SinkDelivery(Base):

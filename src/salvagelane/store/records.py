@@ -24,6 +24,9 @@ FinalRunStatus = Literal["ok", "partial", "failed", "interrupted"]
 FailureStatus = Literal["failed", "interrupted"]
 DeliveryStatus = Literal["delivered", "failed"]
 ItemOrigin = Literal["model", "operator"]
+ReviewStatus = Literal["pending", "approved", "rejected", "superseded"]
+"""``superseded``: a reject of an attempt that was not chosen for the report; never reviewed."""
+ReviewAction = Literal["approve", "approve_refused", "reject", "note", "bulk_reject"]
 
 # --- written by callers ---------------------------------------------------------------------
 
@@ -171,6 +174,73 @@ class QuarantineView:
     provenance: Mapping[str, JSONValue]
     review_status: str
     created_at: datetime
+    reviewed_at: datetime | None
+    reviewed_by: str | None
+    review_note: str | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QuarantineFilter:
+    """Which quarantined items ``list_quarantine`` and ``reject_matching`` take.
+
+    ``review_status`` None means every item but the superseded ones. ``since`` keeps
+    items created at or after it. ``limit`` None: no limit.
+    """
+
+    instruction_id: str | None = None
+    reason: str | None = None
+    review_status: str | None = None
+    since: datetime | None = None
+    limit: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QuarantineReviewView:
+    """One entry of an item's audit trail. ``before``/``after``: the values the action
+    changed; ``error``: the correction signal of a refused approval."""
+
+    id: int
+    quarantine_id: int
+    action: str
+    actor: str
+    at: datetime
+    note: str | None
+    before: JSONValue
+    after: JSONValue
+    error: JSONValue
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QuarantineDetail(QuarantineView):
+    """Everything about one quarantined item, for review.
+
+    ``raw_before`` / ``raw_span`` / ``raw_after``: the attempt's raw output around the
+    item's span (``context_chars`` each side at most); None when the attempt stored no
+    output or the item has no span. ``report_items`` counts the items of the run's report
+    (None: the run has no report); ``reviews`` is the audit trail, oldest first.
+    """
+
+    run_status: str
+    raw_before: str | None
+    raw_span: str | None
+    raw_after: str | None
+    report_id: str | None
+    report_attempt_id: str | None
+    report_items: int | None
+    reviews: list[QuarantineReviewView]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApprovalView:
+    """What an approval changed: the item's place in the report and the report after it."""
+
+    quarantine_id: int
+    run_id: str
+    report_id: str
+    position: int
+    items: int
+    counts: Mapping[str, JSONValue]
+    partial: bool
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

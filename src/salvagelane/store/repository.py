@@ -58,6 +58,8 @@ from salvagelane.store.records import (
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+    from salvagelane.store.review import QuarantineLane
+
 T = TypeVar("T")
 V = TypeVar("V", bound="DataclassInstance")
 
@@ -140,6 +142,13 @@ class Store:
     def url(self) -> str:
         """The database URL, password masked."""
         return masked_url(self._engine.url)
+
+    @property
+    def quarantine(self) -> QuarantineLane:
+        """The operator review lane of the quarantine, on this store's database."""
+        from salvagelane.store.review import QuarantineLane  # it builds on this module
+
+        return QuarantineLane(self._transaction, self.url)
 
     def close(self) -> None:
         """Close every pooled connection."""

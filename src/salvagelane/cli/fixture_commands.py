@@ -1,0 +1,162 @@
+"""``salvagelane fixture capture`` and ``salvagelane replay``: regression fixtures."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from salvagelane.cli.app import EXIT_INVALID, cli
+from salvagelane.cli.run_commands import (
+    database_option,
+    find_instruction,
+    instructions_option,
+    json_option,
+    open_store,
+)
+from salvagelane.fixtures import (
+    EXPECTED_FILE,
+    FixtureReplay,
+    Replayer,
+    capture_run,
+    discover,
+    summarise,
+)
+
+PROGRESS_THRESHOLD = 5
+"""More fixtures than this get a progress bar (at a terminal): fewer finish at once."""
+
+
+def replayer_for(instructions_dir: Path) -> Replayer:
+    """The replayer ``salvagelane replay`` uses: definitions looked up in ``instructions_dir``."""
+    return Replayer(lambda instruction_id: find_instruction(instruction_id, instructions_dir))
+
+
+@cli.group("fixture")
+def fixture_group() -> None:
+    """Regression fixtures: capture a stored run's raw output and its outcome."""
+
+
+@fixture_group.command("capture")
+@click.argument("run_id")
+@click.option(
+    "--attempt",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Capture attempt N. Default: the attempt the run's report came from, "
+    "else the last one with raw output.",
+)
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory to write the fixture into (created; must be empty unless --force).",
+)
+@click.option("--force", is_flag=True, help="Overwrite the fixture files of a non-empty DIR.")
+@database_option
+def capture_command(
+    run_id: str, attempt: int | None, to: Path, force: bool, database: str | None
+) -> None:
+    """Write a regression fixture of run RUN_ID (or a unique prefix of 8+ characters).
+
+    Writes raw.txt (the output exactly as stored), meta.json (finish reason, usage,
+    model, where it came from; never the prompt or a key) and expected.json (the outcome
+    the run stored). Replay it with: salvagelane replay DIR.
+    """
+    with open_store(database) as store:
+        captured = capture_run(store, run_id, attempt, to, force=force)
+    click.echo(f"fixture      {captured.path}")
+    click.echo(f"run          {captured.run_id}, attempt {captured.attempt}")
+    click.echo(f"instruction  {captured.meta.instruction}")
+    click.echo(f"finish       {captured.meta.finish_reason or '-'}")
+    expected = captured.expected
+    if expected is None:
+        click.echo(
+            f"expected     not recorded: the run stored no report of attempt {captured.attempt}; "
+            f"record today's outcome with: salvagelane replay {captured.path} --update"
+        )
+        return
+    reasons = ", ".join(str(q.reason) for q in expected.quarantined) or "none"
+    click.echo(
+        f"expected     {expected.status}: {len(expected.items)} item(s) kept, "
+        f"{len(expected.quarantined)} quarantined ({reasons})"
+    )
+
+
+@cli.command("replay")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
+@instructions_option
+@click.option(
+    "--update",
+    is_flag=True,
+    help=f"Rewrite {EXPECTED_FILE} of every fixture that differs (or has none) with "
+    "today's outcome.",
+)
+@json_option
+def replay_command(
+    paths: tuple[Path, ...], instructions_dir: Path, update: bool, as_json: bool
+) -> None:
+    """Replay regression fixtures through today's definitions and compare the outcomes.
+
+    Each PATH is a fixture directory (raw.txt, meta.json, expected.json) or a directory
+    searched recursively for them. The raw output is salvaged with the current
+    definition of the fixture's instruction; no provider is called, no database opened.
+    Exit 1 if any fixture differs or cannot be replayed; with --update, differing
+    fixtures are rewritten (exit 0 unless one cannot be replayed).
+    """
+    directories = discover(paths)
+    replayer = replayer_for(instructions_dir)
+    replays: list[FixtureReplay] = []
+    if len(directories) > PROGRESS_THRESHOLD and sys.stderr.isatty():
+        with click.progressbar(
+            directories, label="replaying", file=sys.stderr, item_show_func=_shown
+        ) as bar:
+            replays.extend(replayer.replay(directory, update=update) for directory in bar)
+    else:
+        replays.extend(replayer.replay(directory, update=update) for directory in directories)
+    counts = summarise(replays)
+    if as_json:
+        document = {"fixtures": [r.to_json() for r in replays], "counts": counts}
+        click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+    else:
+        click.echo(render_replays(replays, counts))
+    if counts["error"] or counts["differs"]:
+        raise click.exceptions.Exit(EXIT_INVALID)
+
+
+def _shown(directory: Path | None) -> str | None:
+    return None if directory is None else directory.name
+
+
+def render_replays(replays: Sequence[FixtureReplay], counts: dict[str, int]) -> str:
+    """One line per fixture, each difference or error indented under it, then totals."""
+    header = ("FIXTURE", "INSTRUCTION", "STATUS", "RESULT")
+    rows = [
+        (
+            str(r.path),
+            r.instruction or "-",
+            "-" if r.actual is None else r.actual.status,
+            r.verdict,
+        )
+        for r in replays
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines: list[str] = []
+    for row, replay in zip([header, *rows], [None, *replays], strict=True):
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+        if replay is None:
+            continue
+        lines.extend(f"    {difference.message}" for difference in replay.differences)
+        if replay.error is not None:
+            lines.append(f"    {replay.error}")
+        if replay.verdict == "recorded":
+            lines.append(f"    {EXPECTED_FILE} written")
+        elif replay.verdict == "updated":
+            lines.append(f"    {EXPECTED_FILE} rewritten with the outcome above")
+    total = ", ".join(f"{n} {verdict}" for verdict, n in counts.items() if n)
+    lines.append(f"{len(replays)} fixture(s): {total}")
+    return "\n".join(line.rstrip() for line in lines)

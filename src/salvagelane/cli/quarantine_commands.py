@@ -1,0 +1,506 @@
+"""``salvagelane quarantine``: the operator review lane.
+
+Exit codes: 0 done; 1 an approval the guardrails refused (the correction signal is
+printed, only the audit row is written); 2 an unknown id, or an item not in the state the
+action needs (approving or rejecting one that is not pending, approving one whose run has
+no report), or bad options.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import sys
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from salvagelane.cli.app import EXIT_INVALID, cli
+from salvagelane.cli.render import to_json
+from salvagelane.cli.run_commands import (
+    database_option,
+    find_instruction,
+    instructions_option,
+    json_option,
+    open_store,
+    parse_fire_time,
+)
+
+if TYPE_CHECKING:
+    from salvagelane.core import QuarantinedItem
+    from salvagelane.store import QuarantineDetail, QuarantineFilter, QuarantineView
+
+REVIEWABLE = ("pending", "approved", "rejected", "superseded")
+_ERROR_WIDTH = 70
+_SNIPPET_WIDTH = 40
+
+
+def _actor(by: str | None) -> str:
+    """``--by``, else the login name; a container without one still gets a stable name."""
+    if by:
+        return by
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no LOGNAME/USER and no passwd entry
+        return f"uid {os.getuid()}"
+
+
+def _parse_since(text: str) -> datetime:
+    """A date (UTC midnight) or an ISO 8601 timestamp with a zone, as UTC."""
+    if len(text) == 10:
+        try:
+            return datetime.combine(date.fromisoformat(text), datetime.min.time(), tzinfo=UTC)
+        except ValueError:
+            pass
+    try:
+        return parse_fire_time(text)
+    except click.BadParameter as exc:
+        raise click.BadParameter(
+            f"expected a date (2026-11-21, UTC) or a timestamp with a zone "
+            f"(2026-11-21T05:20:00Z), got {text!r}"
+        ) from exc
+
+
+by_option = click.option(
+    "--by", "by", metavar="NAME", help="Who reviews (default: the login name)."
+)
+
+
+@cli.group("quarantine")
+def quarantine_group() -> None:
+    """Review quarantined items: list, show, approve, reject, annotate."""
+
+
+@quarantine_group.command("list")
+@click.option("--instruction", "instruction_id", metavar="ID", help="Only this instruction.")
+@click.option("--reason", metavar="REASON", help="Only this reason (e.g. schema, truncated).")
+@click.option(
+    "--status",
+    type=click.Choice(REVIEWABLE),
+    help="Only this review status (default: all but superseded).",
+)
+@click.option(
+    "--since",
+    callback=lambda ctx, param, value: None if value is None else _parse_since(value),
+    metavar="DATE",
+    help="Only items quarantined at or after DATE (2026-11-21 or an ISO timestamp with zone).",
+)
+@click.option(
+    "--limit",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="At most N items (with --reject-all: only when given).",
+)
+@click.option(
+    "--reject-all",
+    is_flag=True,
+    help="Reject every matching pending item (asks first; needs --note).",
+)
+@click.option("--note", metavar="TEXT", help="Why (with --reject-all).")
+@click.option("--yes", is_flag=True, help="Do not ask before --reject-all.")
+@by_option
+@database_option
+@json_option
+@click.pass_context
+def quarantine_list_command(
+    ctx: click.Context,
+    instruction_id: str | None,
+    reason: str | None,
+    status: str | None,
+    since: datetime | None,
+    limit: int,
+    reject_all: bool,
+    note: str | None,
+    yes: bool,
+    by: str | None,
+    database: str | None,
+    as_json: bool,
+) -> None:
+    """List quarantined items, newest first; with --reject-all, reject the pending ones."""
+    from salvagelane.store import QuarantineFilter
+
+    explicit_limit = ctx.get_parameter_source("limit") is not click.core.ParameterSource.DEFAULT
+    where = QuarantineFilter(
+        instruction_id=instruction_id,
+        reason=reason,
+        review_status=status,
+        since=since,
+        limit=limit if explicit_limit or not reject_all else None,
+    )
+    if reject_all:
+        _reject_all(where, note=note, yes=yes, by=by, database=database, as_json=as_json)
+        return
+    with open_store(database) as store:
+        items = store.quarantine.list_quarantine(where)
+    if as_json:
+        click.echo(json.dumps([to_json(item) for item in items], indent=2, ensure_ascii=False))
+    else:
+        click.echo(quarantine_table(items))
+
+
+def _reject_all(
+    where: QuarantineFilter,
+    *,
+    note: str | None,
+    yes: bool,
+    by: str | None,
+    database: str | None,
+    as_json: bool,
+) -> None:
+    from dataclasses import replace
+
+    if not note or not note.strip():
+        raise click.UsageError("--reject-all needs --note TEXT: say why they are rejected")
+    if where.review_status not in (None, "pending"):
+        raise click.UsageError(
+            f"--reject-all rejects pending items: it cannot take --status {where.review_status}"
+        )
+    pending = replace(where, review_status="pending")
+    with open_store(database) as store:
+        matching = store.quarantine.list_quarantine(pending)
+        if not matching:
+            rejected: list[int] = []
+        else:
+            if not yes:
+                click.confirm(
+                    f"reject {len(matching)} pending quarantined item(s)"
+                    f" ({_describe_filter(pending)})?",
+                    abort=True,
+                    err=True,
+                )
+            rejected = store.quarantine.reject_matching(
+                pending, actor=_actor(by), note=note, now=datetime.now(UTC)
+            )
+    if as_json:
+        click.echo(json.dumps({"rejected": rejected}, indent=2))
+    else:
+        click.echo(f"rejected {len(rejected)} pending item(s)")
+
+
+def _describe_filter(where: QuarantineFilter) -> str:
+    parts = [
+        f"{name} {value}"
+        for name, value in (
+            ("instruction", where.instruction_id),
+            ("reason", where.reason),
+            ("since", None if where.since is None else where.since.isoformat()),
+            ("newest", where.limit),
+        )
+        if value is not None
+    ]
+    return ", ".join(parts) or "all"
+
+
+@quarantine_group.command("show")
+@click.argument("quarantine_id", metavar="ID", type=int)
+@database_option
+@json_option
+def quarantine_show_command(quarantine_id: int, database: str | None, as_json: bool) -> None:
+    """Show everything about quarantined item ID: the error, the raw text around it, the
+    repaired candidate, provenance, review status and audit trail."""
+    with open_store(database) as store:
+        detail = store.quarantine.get_quarantine(quarantine_id)
+    if as_json:
+        click.echo(json.dumps(to_json(detail), indent=2, ensure_ascii=False))
+    else:
+        click.echo(quarantine_detail(detail))
+
+
+@quarantine_group.command("approve")
+@click.argument("quarantine_id", metavar="ID", type=int)
+@click.option(
+    "--edit",
+    is_flag=True,
+    help="Correct the item in $EDITOR (starts from the repaired candidate, else the snippet).",
+)
+@click.option(
+    "--file",
+    "path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Read the corrected item from PATH.",
+)
+@click.option("--stdin", "from_stdin", is_flag=True, help="Read the corrected item from stdin.")
+@by_option
+@click.option("--note", metavar="TEXT", help="Why, for the audit trail.")
+@instructions_option
+@database_option
+@json_option
+def quarantine_approve_command(
+    quarantine_id: int,
+    edit: bool,
+    path: Path | None,
+    from_stdin: bool,
+    by: str | None,
+    note: str | None,
+    instructions_dir: Path,
+    database: str | None,
+    as_json: bool,
+) -> None:
+    """Approve quarantined item ID with a corrected item, checked by the guardrails.
+
+    The corrected JSON goes through the same guardrails as model output, with the
+    instruction's current definition (looked up in --instructions by the item's
+    instruction id). If it passes, it is appended to the run's report and the item is
+    marked approved; if not, nothing changes but the audit trail, the correction signal
+    is printed and the exit status is 1.
+    """
+    from salvagelane.core import QuarantinedItem, check_item
+    from salvagelane.definitions import resolve_allow_lists, resolve_context
+    from salvagelane.store import ReportItemRecord
+    from salvagelane.store.review import require_pending, require_report
+
+    if [edit, path is not None, from_stdin].count(True) != 1:
+        raise click.UsageError(
+            "give the corrected item with exactly one of --edit, --file, --stdin"
+        )
+    actor = _actor(by)
+    with open_store(database) as store:
+        detail = store.quarantine.get_quarantine(quarantine_id)
+        # Refuse before the operator spends time in an editor.
+        require_pending(detail, "approve")
+        require_report(detail)
+        definition = find_instruction(detail.instruction_id, instructions_dir)
+        policy = definition.salvage_policy(
+            resolve_allow_lists(definition, resolve_context(definition))
+        )
+        text = _corrected_text(detail, path, from_stdin=from_stdin)
+        assert detail.report_items is not None  # require_report
+        verdict = check_item(text, policy, kept=detail.report_items, index=detail.source_index or 0)
+        now = datetime.now(UTC)
+        if isinstance(verdict, QuarantinedItem):
+            error = {"reason": str(verdict.reason), **verdict.error.to_json()}
+            error["message"] = verdict.message
+            store.quarantine.record_refused_approval(
+                quarantine_id, candidate=text, error=error, actor=actor, note=note, now=now
+            )
+            _refused(quarantine_id, verdict, as_json=as_json)
+            raise click.exceptions.Exit(EXIT_INVALID)
+        used = detail.provenance.get("definition_sha256")
+        if used and used != definition.definition_sha256:
+            click.echo(
+                f"note: checked against the current definition of {definition.id} "
+                f"({definition.definition_sha256[:12]}); the run used {str(used)[:12]}",
+                err=True,
+            )
+        approval = store.quarantine.approve_quarantined(
+            quarantine_id,
+            item=ReportItemRecord(
+                source_index=detail.source_index,
+                data=verdict.data,
+                span_start=None,  # the operator's text, not a span of the model's output
+                span_end=None,
+                coercions=[c.to_json() for c in verdict.coercions] or None,
+                origin="operator",
+            ),
+            expected_items=detail.report_items,
+            actor=actor,
+            note=note,
+            now=now,
+            audit={"definition_sha256": definition.definition_sha256},
+        )
+    if as_json:
+        click.echo(json.dumps(to_json(approval), indent=2, ensure_ascii=False))
+        return
+    click.echo(
+        f"approved #{approval.quarantine_id}: added as item {approval.position + 1} of the "
+        f"report of run {approval.run_id[:8]} ({approval.items} items, "
+        f"partial: {'yes' if approval.partial else 'no'})"
+    )
+
+
+def _corrected_text(detail: QuarantineDetail, path: Path | None, *, from_stdin: bool) -> str:
+    if path is not None:
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise click.FileError(str(path), hint=str(exc)) from exc
+    if from_stdin:
+        return sys.stdin.read()
+    if detail.repaired is not None:
+        start = json.dumps(detail.repaired, indent=2, ensure_ascii=False) + "\n"
+    else:
+        start = (detail.raw_span or detail.snippet or "") + "\n"
+    edited = click.edit(start, extension=".json")
+    if edited is None:
+        raise click.UsageError("the editor closed without saving: nothing approved")
+    return edited
+
+
+def _refused(quarantine_id: int, verdict: QuarantinedItem, *, as_json: bool) -> None:
+    signal = verdict.error
+    if as_json:
+        document = {
+            "approved": False,
+            "quarantine_id": quarantine_id,
+            "reason": str(verdict.reason),
+            "error": {**signal.to_json(), "message": verdict.message},
+        }
+        click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        return
+    lines = [
+        f"approval of #{quarantine_id} refused by the guardrails (nothing changed):",
+        f"  reason    {verdict.reason}",
+        f"  path      {signal.path}",
+        f"  expected  {signal.expected}",
+        f"  received  {signal.received}",
+    ]
+    if signal.detail:
+        lines.append(f"  detail    {signal.detail}")
+    click.echo("\n".join(lines), err=True)
+
+
+@quarantine_group.command("reject")
+@click.argument("quarantine_id", metavar="ID", type=int)
+@click.option("--note", required=True, metavar="TEXT", help="Why it is rejected.")
+@by_option
+@database_option
+def quarantine_reject_command(
+    quarantine_id: int, note: str, by: str | None, database: str | None
+) -> None:
+    """Reject pending quarantined item ID: it stays out of the report."""
+    if not note.strip():
+        raise click.UsageError("--note: say why the item is rejected")
+    with open_store(database) as store:
+        held = store.quarantine.reject_quarantined(
+            quarantine_id, actor=_actor(by), note=note, now=datetime.now(UTC)
+        )
+    click.echo(f"rejected #{held.id} ({held.reason}, run {held.run_id[:8]})")
+
+
+@quarantine_group.command("note")
+@click.argument("quarantine_id", metavar="ID", type=int)
+@click.argument("text")
+@by_option
+@database_option
+def quarantine_note_command(
+    quarantine_id: int, text: str, by: str | None, database: str | None
+) -> None:
+    """Add a note to quarantined item ID (any status); it goes into the audit trail."""
+    if not text.strip():
+        raise click.UsageError("TEXT: the note is empty")
+    with open_store(database) as store:
+        held = store.quarantine.note_quarantined(
+            quarantine_id, actor=_actor(by), note=text, now=datetime.now(UTC)
+        )
+    click.echo(f"noted #{held.id} [{held.review_status}]")
+
+
+# --- renderings -------------------------------------------------------------------------------
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S") if moment is not None else "-"
+
+
+def _one_line(text: str, width: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _message(error: Any) -> str:
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])
+    return json.dumps(error, ensure_ascii=False)
+
+
+def quarantine_table(items: list[QuarantineView]) -> str:
+    """``quarantine list``: one line per item, newest first."""
+    if not items:
+        return "no quarantined items match"
+    header = ("ID", "CREATED (UTC)", "INSTRUCTION", "RUN", "REASON", "STATUS", "ERROR", "SNIPPET")
+    rows = [header]
+    for item in items:
+        rows.append(
+            (
+                str(item.id),
+                _when(item.created_at),
+                item.instruction_id,
+                item.run_id[:8],
+                item.reason,
+                item.review_status,
+                _one_line(_message(item.error), _ERROR_WIDTH),
+                _one_line(item.snippet or "", _SNIPPET_WIDTH),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+SPAN_OPEN, SPAN_CLOSE = "⟦", "⟧"
+"""Markers around the item's span in the raw text ``show`` prints."""
+
+
+def quarantine_detail(detail: QuarantineDetail) -> str:
+    """``quarantine show``: the item, its context in the raw output, its review."""
+    prov = detail.provenance
+    where = (
+        f"candidate {detail.source_index + 1} of the output (index {detail.source_index})"
+        if detail.source_index is not None
+        else "the whole output"
+    )
+    finish = str(prov.get("finish_reason") or "-")
+    native = prov.get("native_finish_reason")
+    if native and native != finish:
+        finish += f" (provider: {native})"
+    lines = [
+        f"quarantined  #{detail.id}  {detail.reason}  [{detail.review_status}]",
+        f"instruction  {detail.instruction_id}  "
+        f"(definition {str(prov.get('definition_sha256') or '-')[:12]})",
+        f"run          {detail.run_id}  ({detail.run_status}), attempt {detail.attempt_number}",
+        f"model        {prov.get('model') or '-'}, finish {finish}",
+        f"schema       sha256 {str(prov.get('schema_sha256') or '-')[:12]}",
+        f"item         {where}, span {detail.span_start}-{detail.span_end}, "
+        f"sha256 {(detail.sha256 or '-')[:12]}",
+        f"created      {_when(detail.created_at)}",
+        "",
+        f"error        {_message(detail.error)}",
+    ]
+    for key in ("code", "path", "expected", "received", "detail"):
+        if isinstance(detail.error, dict) and detail.error.get(key):
+            lines.append(f"  {key:<10} {detail.error[key]}")
+    lines.append("")
+    if detail.raw_span is None:
+        lines.append("raw output   not stored")
+        lines.append(f"snippet      {detail.snippet!r}")
+    else:
+        before, after = detail.raw_before or "", detail.raw_after or ""
+        start = (detail.span_start or 0) - len(before)
+        end = (detail.span_end or 0) + len(after)
+        lines.append(
+            f"raw output of attempt {detail.attempt_number}, chars {start}-{end} "
+            f"(the item between {SPAN_OPEN} and {SPAN_CLOSE}):"
+        )
+        lines.append(f"{before}{SPAN_OPEN}{detail.raw_span}{SPAN_CLOSE}{after}")
+    lines.append("")
+    if detail.repaired is not None:
+        lines.append("repaired candidate (for review; never accepted on its own):")
+        lines.append(json.dumps(detail.repaired, indent=2, ensure_ascii=False))
+    else:
+        lines.append("repaired candidate: none")
+    lines.append("")
+    if detail.report_id is None:
+        lines.append("report       none: the run stored no report (an approval is refused)")
+    else:
+        lines.append(f"report       {detail.report_items} items")
+    review = f"review       {detail.review_status}"
+    if detail.reviewed_by:
+        review += f" by {detail.reviewed_by} at {_when(detail.reviewed_at)}"
+    lines.append(review)
+    if detail.review_note:
+        lines.append(f"note         {detail.review_note}")
+    lines.append(f"audit trail ({len(detail.reviews)})")
+    for entry in detail.reviews:
+        line = f"  {_when(entry.at)}  {entry.action:<15} by {entry.actor}"
+        if entry.note:
+            line += f": {_one_line(entry.note, _ERROR_WIDTH)}"
+        lines.append(line)
+        if entry.error:
+            lines.append(f"      {_one_line(_message(entry.error), 100)}")
+    return "\n".join(lines)

@@ -1,0 +1,327 @@
+"""The recorded outcome of a salvage, and the differences between two outcomes.
+
+Pure: a ``SalvageResult`` in, an ``Outcome`` out; two outcomes in, a list of
+``Difference`` out. Regression fixtures (``salvagelane.fixtures``) store an outcome as
+``expected.json`` and compare it with what today's definition makes of the same raw
+output.
+
+Every candidate is identified by its source index (its position in the model's items
+array), so a difference names the item the model wrote, whatever was kept around it.
+Accepted items carry their data and the SHA-256 of its canonical JSON (sorted keys, no
+whitespace): the hash decides equality, the data makes a diff of ``expected.json``
+readable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from salvagelane.core.records import JSONValue, SalvageResult
+
+OUTCOME_FORMAT = 1
+"""Version of the outcome's JSON form; bumped when its meaning changes."""
+
+
+def canonical_sha256(data: JSONValue) -> str:
+    """SHA-256 of ``data`` as canonical JSON: sorted keys, no whitespace, UTF-8."""
+    text = json.dumps(
+        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+    # surrogatepass: strict parsing keeps a lone surrogate escape as it was written.
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ItemOutcome:
+    """An accepted item: its source index, the hash of its data, and the data."""
+
+    index: int
+    sha256: str
+    data: JSONValue
+
+    def to_json(self) -> dict[str, JSONValue]:
+        return {"index": self.index, "sha256": self.sha256, "data": self.data}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QuarantineOutcome:
+    """A quarantined candidate: its source index (None for the whole output) and why."""
+
+    index: int | None
+    reason: str
+
+    def to_json(self) -> dict[str, JSONValue]:
+        return {"index": self.index, "reason": self.reason}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Outcome:
+    """What salvage made of one raw output, reduced to what a regression should notice."""
+
+    status: str
+    items: tuple[ItemOutcome, ...]
+    quarantined: tuple[QuarantineOutcome, ...]
+    envelope_keys: tuple[str, ...]
+
+    def to_json(self) -> dict[str, JSONValue]:
+        return {
+            "format": OUTCOME_FORMAT,
+            "status": self.status,
+            "envelope_keys": list(self.envelope_keys),
+            "items": [item.to_json() for item in self.items],
+            "quarantined": [item.to_json() for item in self.quarantined],
+        }
+
+    @classmethod
+    def from_json(cls, document: Any) -> Outcome:
+        """The outcome ``document`` describes; ValueError naming the field at fault.
+
+        An item whose ``sha256`` does not match its ``data`` is refused: the file was
+        edited by hand, and which of the two is meant cannot be known.
+        """
+        root = _mapping(document, "$")
+        version = root.get("format")
+        if version != OUTCOME_FORMAT:
+            raise ValueError(f"format: expected {OUTCOME_FORMAT}, got {version!r}")
+        status = _string(root.get("status"), "status")
+        keys = tuple(
+            _string(key, f"envelope_keys[{n}]")
+            for n, key in enumerate(_sequence(root.get("envelope_keys"), "envelope_keys"))
+        )
+        items = []
+        for n, entry in enumerate(_sequence(root.get("items"), "items")):
+            where = f"items[{n}]"
+            item = _mapping(entry, where)
+            if "data" not in item:
+                raise ValueError(f"{where}.data: expected the item's data, got nothing")
+            recorded = _string(item.get("sha256"), f"{where}.sha256")
+            actual = canonical_sha256(item["data"])
+            if recorded != actual:
+                raise ValueError(
+                    f"{where}.sha256: expected {actual[:12]}... (the hash of its data), got "
+                    f"{recorded[:12]}...: data or hash edited by hand"
+                )
+            items.append(
+                ItemOutcome(
+                    index=_index(item.get("index"), f"{where}.index"),
+                    sha256=recorded,
+                    data=item["data"],
+                )
+            )
+        quarantined = []
+        for n, entry in enumerate(_sequence(root.get("quarantined"), "quarantined")):
+            where = f"quarantined[{n}]"
+            record = _mapping(entry, where)
+            quarantined.append(
+                QuarantineOutcome(
+                    index=None
+                    if record.get("index") is None
+                    else _index(record.get("index"), f"{where}.index"),
+                    reason=_string(record.get("reason"), f"{where}.reason"),
+                )
+            )
+        return cls(
+            status=status, items=tuple(items), quarantined=tuple(quarantined), envelope_keys=keys
+        )
+
+
+def outcome_of(result: SalvageResult) -> Outcome:
+    """The outcome of ``result``: status, accepted items, quarantine reasons, envelope keys."""
+    return Outcome(
+        status=str(result.status),
+        items=tuple(
+            ItemOutcome(index=item.index, sha256=canonical_sha256(item.data), data=item.data)
+            for item in result.items
+        ),
+        quarantined=tuple(
+            QuarantineOutcome(index=item.index, reason=str(item.reason))
+            for item in result.quarantined
+        ),
+        envelope_keys=tuple(result.envelope),
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Difference:
+    """One way an actual outcome differs from the expected one.
+
+    ``kind`` is one of ``status``, ``item_lost`` (accepted before, not now),
+    ``item_gained`` (accepted now, not before), ``item_changed`` (accepted both times,
+    other data), ``reason_changed`` (quarantined both times, for another reason),
+    ``quarantine_lost``, ``quarantine_gained`` (a candidate that is no longer, or newly,
+    quarantined and was not accepted either time), ``order`` (the same accepted items in
+    another order) and ``envelope_keys``. ``index`` is the candidate's source index
+    where one is concerned; ``expected`` and ``actual`` say what each side holds.
+    """
+
+    kind: str
+    index: int | None = None
+    expected: str
+    actual: str
+
+    @property
+    def message(self) -> str:
+        where = "output" if self.index is None else f"item {self.index}"
+        match self.kind:
+            case "status":
+                return f"status changed: {self.expected} -> {self.actual}"
+            case "item_lost":
+                return f"{where} lost: was accepted, now {self.actual}"
+            case "item_gained":
+                return f"{where} gained: was {self.expected}, now accepted"
+            case "item_changed":
+                return f"{where} changed: data {self.expected} -> {self.actual}"
+            case "reason_changed":
+                return f"{where} reason changed: {self.expected} -> {self.actual}"
+            case "quarantine_lost":
+                return f"{where} no longer quarantined: was {self.expected}, now {self.actual}"
+            case "quarantine_gained":
+                return f"{where} newly quarantined: was {self.expected}, now {self.actual}"
+            case "order":
+                return f"accepted items reordered: {self.expected} -> {self.actual}"
+            case _:
+                return f"{self.kind.replace('_', ' ')}: {self.expected} -> {self.actual}"
+
+    def to_json(self) -> dict[str, JSONValue]:
+        return {
+            "kind": self.kind,
+            "index": self.index,
+            "expected": self.expected,
+            "actual": self.actual,
+            "message": self.message,
+        }
+
+
+_ABSENT = "not a candidate"
+
+
+def compare(expected: Outcome, actual: Outcome) -> list[Difference]:
+    """Every difference between ``expected`` and ``actual``; empty when they agree.
+
+    Status first, then one difference per candidate whose fate changed (by source
+    index, ascending; the whole output's quarantine last), then order and envelope.
+    """
+    differences: list[Difference] = []
+    if expected.status != actual.status:
+        differences.append(
+            Difference(kind="status", expected=expected.status, actual=actual.status)
+        )
+    before, after = _fates(expected), _fates(actual)
+    indexes: list[int | None] = [*sorted(i for i in before.keys() | after.keys() if i is not None)]
+    if None in before or None in after:
+        indexes.append(None)  # the whole output (oversize) last
+    for index in indexes:
+        difference = _fate_change(index, before.get(index), after.get(index))
+        if difference is not None:
+            differences.append(difference)
+    kept_before = [item.index for item in expected.items]
+    kept_after = [item.index for item in actual.items]
+    if sorted(kept_before) == sorted(kept_after) and kept_before != kept_after:
+        differences.append(
+            Difference(kind="order", expected=_indexes(kept_before), actual=_indexes(kept_after))
+        )
+    if expected.envelope_keys != actual.envelope_keys:
+        differences.append(
+            Difference(
+                kind="envelope_keys",
+                expected=_keys(expected.envelope_keys),
+                actual=_keys(actual.envelope_keys),
+            )
+        )
+    return differences
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Fate:
+    """What became of one candidate: accepted with data of hash ``sha256``, or
+    quarantined for ``reasons`` (several only for the index-less whole output)."""
+
+    sha256: str | None = None
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def accepted(self) -> bool:
+        return self.sha256 is not None
+
+    def describe(self) -> str:
+        return "accepted" if self.accepted else "quarantined: " + ", ".join(self.reasons)
+
+
+def _fates(outcome: Outcome) -> dict[int | None, _Fate]:
+    fates: dict[int | None, _Fate] = {
+        item.index: _Fate(sha256=item.sha256) for item in outcome.items
+    }
+    for record in outcome.quarantined:
+        previous = fates.get(record.index, _Fate())
+        fates[record.index] = _Fate(
+            sha256=previous.sha256, reasons=(*previous.reasons, record.reason)
+        )
+    return fates
+
+
+def _fate_change(index: int | None, before: _Fate | None, after: _Fate | None) -> Difference | None:
+    if before == after:
+        return None
+    was = _ABSENT if before is None else before.describe()
+    now = _ABSENT if after is None else after.describe()
+    if before is not None and before.accepted:
+        if after is not None and after.accepted:
+            return Difference(
+                kind="item_changed",
+                index=index,
+                expected=f"sha256 {(before.sha256 or '')[:12]}",
+                actual=f"sha256 {(after.sha256 or '')[:12]}",
+            )
+        return Difference(kind="item_lost", index=index, expected=was, actual=now)
+    if after is not None and after.accepted:
+        return Difference(kind="item_gained", index=index, expected=was, actual=now)
+    if before is not None and after is not None:
+        return Difference(
+            kind="reason_changed",
+            index=index,
+            expected=", ".join(before.reasons),
+            actual=", ".join(after.reasons),
+        )
+    kind = "quarantine_lost" if before is not None else "quarantine_gained"
+    return Difference(kind=kind, index=index, expected=was, actual=now)
+
+
+def _indexes(indexes: Sequence[int]) -> str:
+    return "[" + ", ".join(str(i) for i in indexes) + "]"
+
+
+def _keys(keys: Sequence[str]) -> str:
+    return "[" + ", ".join(keys) + "]" if keys else "none"
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}: expected an object, got {_kind(value)}")
+    return value
+
+
+def _sequence(value: Any, where: str) -> Sequence[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: expected an array, got {_kind(value)}")
+    return value
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: expected a string, got {_kind(value)}")
+    return value
+
+
+def _index(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{where}: expected a source index (an integer >= 0), got {value!r}")
+    index: int = value
+    return index
+
+
+def _kind(value: Any) -> str:
+    return "nothing" if value is None else type(value).__name__

@@ -1,0 +1,515 @@
+"""Regression fixtures: a recorded raw model output and the outcome it must keep giving.
+
+A fixture is a directory holding:
+
+``raw.txt``
+    The model's text exactly as received: UTF-8, written and read without newline
+    translation; bytes that were not UTF-8 survive (``surrogateescape``, as the store
+    keeps them).
+``meta.json``
+    What the call reported, as ``salvagelane run --replay`` reads it: ``instruction``
+    (the definition's id), ``finish_reason``, ``native_finish_reason``, ``model``,
+    ``usage`` (``prompt_tokens``, ``completion_tokens``), and ``source``: where the output
+    came from. A captured fixture's ``source`` is an object with ``run_id``, ``attempt``,
+    ``trigger``, ``run_created_at``, ``captured_at``, ``definition_sha256`` (the version of
+    the definition the run used) and ``prompt_sha256``; a hand-made one may say so in a
+    string. Nothing else of the request is kept: not the prompt (its context may be
+    confidential), never a key (the store only ever held the key's variable name).
+``expected.json``
+    The outcome salvage must give (see :mod:`salvagelane.core.outcome`): ``format``,
+    ``status``, ``envelope_keys``, the accepted ``items`` in report order (source
+    ``index``, ``sha256`` of the data's canonical JSON, and the ``data``) and the
+    ``quarantined`` candidates in order (source ``index``, ``reason``).
+
+Replaying a fixture salvages ``raw.txt`` with today's definition of its instruction
+(schema, items path, guardrails, allow-lists) and compares the outcome with
+``expected.json``: no provider is called and no database is opened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from salvagelane.core import SalvagePolicy, canonical_finish_reason, salvage
+from salvagelane.core.finish import FinishReason
+from salvagelane.core.outcome import Difference, Outcome, compare, outcome_of
+from salvagelane.errors import InputError, NotFoundError, SalvagelaneError
+from salvagelane.loading import read_raw
+from salvagelane.logs import MIN_SECRET_LENGTH, secret_field_name
+
+if TYPE_CHECKING:  # the store (SQLAlchemy) is only needed to capture
+    from salvagelane.definitions import Instruction
+    from salvagelane.store import AttemptView, RunDetail, Store
+
+RAW_FILE = "raw.txt"
+META_FILE = "meta.json"
+EXPECTED_FILE = "expected.json"
+
+Verdict = Literal["same", "differs", "error", "updated", "recorded"]
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FixtureMeta:
+    """``meta.json``: what the call reported. ``source`` is informational only."""
+
+    instruction: str
+    finish_reason: str | None = None
+    native_finish_reason: str | None = None
+    model: str | None = None
+    usage: Mapping[str, Any] = field(default_factory=dict)
+    source: Any = None
+
+    @property
+    def salvage_finish_reason(self) -> str:
+        """The finish reason salvage is given, derived as the replay connector does."""
+        reported = self.finish_reason
+        canonical = canonical_finish_reason(
+            reported if reported is not None else self.native_finish_reason
+        )
+        return str(canonical if canonical is not None else FinishReason.UNKNOWN)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "instruction": self.instruction,
+            "finish_reason": self.finish_reason,
+            "native_finish_reason": self.native_finish_reason,
+            "model": self.model,
+            "usage": dict(self.usage),
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fixture:
+    """A fixture directory as read; ``expected`` is None when it has no ``expected.json``."""
+
+    path: Path
+    raw: str
+    meta: FixtureMeta
+    expected: Outcome | None
+
+
+def is_fixture(directory: Path) -> bool:
+    """Whether ``directory`` holds a recorded output (``raw.txt`` and ``meta.json``)."""
+    return (directory / RAW_FILE).is_file() and (directory / META_FILE).is_file()
+
+
+def discover(paths: Iterable[Path]) -> list[Path]:
+    """The fixture directories named by ``paths``: each is a fixture, or a directory
+    searched recursively for fixtures. InputError for a path that is neither."""
+    found: dict[Path, None] = {}
+    for path in paths:
+        if not path.is_dir():
+            raise InputError(f"{path}: expected a fixture directory, got no such directory")
+        if is_fixture(path):
+            found[path] = None
+            continue
+        nested = sorted(p.parent for p in path.rglob(META_FILE) if is_fixture(p.parent))
+        if not nested:
+            raise InputError(
+                f"{path}: no fixtures: expected a directory with {RAW_FILE} and {META_FILE}, "
+                "or one containing such directories"
+            )
+        found.update(dict.fromkeys(nested))
+    return list(found)
+
+
+def load_fixture(directory: Path) -> Fixture:
+    """The fixture in ``directory``; InputError naming the file and what was wrong."""
+    raw = read_raw(directory / RAW_FILE, None)
+    meta = read_meta(directory / META_FILE)
+    return Fixture(path=directory, raw=raw, meta=meta, expected=read_expected(directory))
+
+
+def read_expected(directory: Path) -> Outcome | None:
+    """The fixture's ``expected.json``, or None when there is none."""
+    path = directory / EXPECTED_FILE
+    if not path.exists():
+        return None
+    document = _read_json(path)
+    try:
+        return Outcome.from_json(document)
+    except ValueError as exc:
+        raise InputError(f"{path}: {exc}") from exc
+
+
+def read_meta(path: Path) -> FixtureMeta:
+    document = _read_json(path)
+    if not isinstance(document, dict):
+        raise InputError(f"{path}: expected a JSON object, got {type(document).__name__}")
+    instruction = document.get("instruction")
+    if not isinstance(instruction, str) or not instruction:
+        raise InputError(f"{path}: instruction: expected the id of an instruction definition")
+    for key in ("finish_reason", "native_finish_reason", "model"):
+        value = document.get(key)
+        if value is not None and not isinstance(value, str):
+            raise InputError(f"{path}: {key}: expected a string, got {type(value).__name__}")
+    usage = document.get("usage") or {}
+    if not isinstance(usage, dict):
+        raise InputError(f"{path}: usage: expected an object, got {type(usage).__name__}")
+    return FixtureMeta(
+        instruction=instruction,
+        finish_reason=document.get("finish_reason"),
+        native_finish_reason=document.get("native_finish_reason"),
+        model=document.get("model"),
+        usage=usage,
+        source=document.get("source"),
+    )
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: expected UTF-8 JSON: {exc}") from exc
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+def write_expected(directory: Path, outcome: Outcome) -> None:
+    """Record ``outcome`` as the fixture's ``expected.json``."""
+    _write_text(directory / EXPECTED_FILE, _json_text(outcome.to_json()))
+
+
+def _json_text(document: Any) -> str:
+    text = json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate from a JSON escape in the model's text: escape everything
+        # non-ASCII so the file stays UTF-8 and reads back to the same value.
+        text = json.dumps(document, indent=2, ensure_ascii=True, allow_nan=False)
+    return text + "\n"
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8, no newline translation) atomically: a reader never sees half."""
+    data = text.encode("utf-8", "surrogateescape")
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+# --- replaying -------------------------------------------------------------------------------
+
+
+def replay_outcome(fixture: Fixture, policy: SalvagePolicy) -> Outcome:
+    """What salvage makes of the fixture's raw output under ``policy``."""
+    return outcome_of(
+        salvage(fixture.raw, policy, finish_reason=fixture.meta.salvage_finish_reason)
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FixtureReplay:
+    """The verdict on one fixture: ``same``, ``differs`` or ``error`` (and, with update,
+    ``updated`` or ``recorded`` when ``expected.json`` was rewritten or written)."""
+
+    path: Path
+    verdict: Verdict
+    instruction: str | None = None
+    differences: tuple[Difference, ...] = ()
+    expected: Outcome | None = None
+    actual: Outcome | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fixture": str(self.path),
+            "verdict": self.verdict,
+            "instruction": self.instruction,
+            "status": None if self.actual is None else self.actual.status,
+            "differences": [d.to_json() for d in self.differences],
+            "error": self.error,
+        }
+
+
+class Replayer:
+    """Replays fixtures against today's definitions, each loaded and resolved once.
+
+    ``find_instruction`` maps an instruction id to its definition (the CLI looks it up
+    in ``--instructions``). Context is resolved only when an allow-list needs it, so a
+    definition whose prompt context calls out to a service replays offline.
+    """
+
+    def __init__(self, find_instruction: Callable[[str], Instruction]) -> None:
+        self._find = find_instruction
+        self._policies: dict[str, SalvagePolicy | SalvagelaneError] = {}
+
+    def policy_for(self, instruction_id: str) -> SalvagePolicy:
+        if instruction_id not in self._policies:
+            try:
+                self._policies[instruction_id] = _policy(self._find(instruction_id))
+            except SalvagelaneError as exc:
+                self._policies[instruction_id] = exc
+        policy = self._policies[instruction_id]
+        if isinstance(policy, SalvagelaneError):
+            raise policy
+        return policy
+
+    def replay(self, directory: Path, *, update: bool = False) -> FixtureReplay:
+        """Replay the fixture in ``directory``; with ``update``, record the outcome in
+        ``expected.json`` when it is missing, unreadable or different."""
+        instruction: str | None = None
+        try:
+            fixture = _load_for_replay(directory)
+            instruction = fixture.meta.instruction
+            actual = replay_outcome(fixture, self.policy_for(instruction))
+        except _UnusableExpected as exc:
+            if not update:
+                return FixtureReplay(path=directory, verdict="error", error=str(exc))
+            fixture = exc.fixture
+            instruction = fixture.meta.instruction
+            try:
+                actual = replay_outcome(fixture, self.policy_for(instruction))
+            except SalvagelaneError as inner:
+                return _error(directory, instruction, inner)
+        except SalvagelaneError as exc:
+            return _error(directory, instruction, exc)
+        expected = fixture.expected
+        if expected is None:
+            if update:
+                write_expected(directory, actual)
+                return FixtureReplay(
+                    path=directory, verdict="recorded", instruction=instruction, actual=actual
+                )
+            return FixtureReplay(
+                path=directory,
+                verdict="error",
+                instruction=instruction,
+                actual=actual,
+                error=f"{directory / EXPECTED_FILE}: no expected outcome recorded: "
+                f"run salvagelane replay {directory} --update to record it",
+            )
+        differences = tuple(compare(expected, actual))
+        if not differences:
+            verdict: Verdict = "same"
+        elif update:
+            write_expected(directory, actual)
+            verdict = "updated"
+        else:
+            verdict = "differs"
+        return FixtureReplay(
+            path=directory,
+            verdict=verdict,
+            instruction=instruction,
+            differences=differences,
+            expected=expected,
+            actual=actual,
+        )
+
+
+class _UnusableExpected(InputError):
+    """``expected.json`` exists but cannot be read as an outcome; ``--update`` replaces it."""
+
+    def __init__(self, message: str, fixture: Fixture) -> None:
+        super().__init__(message)
+        self.fixture = fixture
+
+
+def _load_for_replay(directory: Path) -> Fixture:
+    raw = read_raw(directory / RAW_FILE, None)
+    meta = read_meta(directory / META_FILE)
+    bare = Fixture(path=directory, raw=raw, meta=meta, expected=None)
+    try:
+        expected = read_expected(directory)
+    except InputError as exc:
+        raise _UnusableExpected(
+            f"{exc} (run salvagelane replay {directory} --update to record it again)", bare
+        ) from exc
+    return Fixture(path=directory, raw=raw, meta=meta, expected=expected)
+
+
+def _error(directory: Path, instruction: str | None, exc: SalvagelaneError) -> FixtureReplay:
+    message = " ".join(str(exc).split())
+    return FixtureReplay(path=directory, verdict="error", instruction=instruction, error=message)
+
+
+def _policy(instruction: Instruction) -> SalvagePolicy:
+    from salvagelane.definitions import resolve_allow_lists, resolve_context
+
+    needs_context = any(spec.context is not None for spec in instruction.guardrails.allow_lists)
+    context = resolve_context(instruction) if needs_context else {}
+    return instruction.salvage_policy(resolve_allow_lists(instruction, context))
+
+
+# --- capturing -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CapturedFixture:
+    """What :func:`capture_run` wrote. ``expected`` is None when the attempt's outcome was
+    not stored as the run's report (another attempt was chosen, or none was)."""
+
+    path: Path
+    run_id: str
+    attempt: int
+    meta: FixtureMeta
+    expected: Outcome | None
+
+
+def capture_run(
+    store: Store,
+    run_id: str,
+    attempt: int | None,
+    to: Path,
+    *,
+    force: bool = False,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> CapturedFixture:
+    """Write a fixture of attempt ``attempt`` of run ``run_id`` (a unique prefix will do)
+    into directory ``to``.
+
+    ``attempt`` None takes the attempt the run's report came from, else the last one
+    with raw output. ``expected.json`` is the outcome the run stored (its report's model
+    items and that attempt's quarantine), so a replay checks today's definition against
+    what really happened; it is left out for an attempt without a stored report. Refuses
+    a non-empty ``to`` unless ``force``, and refuses to write any value of a secret
+    environment variable (``*_API_KEY``, ``*_TOKEN``...).
+    """
+    detail = store.get_run(run_id)
+    chosen = _chosen_attempt(detail, attempt)
+    raw = chosen.raw_output
+    assert raw is not None  # _chosen_attempt only returns attempts with raw output
+    source: dict[str, Any] = {
+        "run_id": detail.id,
+        "attempt": chosen.number,
+        "trigger": detail.trigger,
+        "run_created_at": detail.created_at.isoformat(),
+        "captured_at": now().isoformat(),
+        "definition_sha256": detail.definition_sha256,
+        "prompt_sha256": chosen.request.get("prompt_sha256"),
+    }
+    usage = chosen.usage or {}
+    meta = FixtureMeta(
+        instruction=detail.instruction_id,
+        finish_reason=chosen.finish_reason,
+        native_finish_reason=chosen.native_finish_reason,
+        model=chosen.model,
+        usage={key: usage.get(key) for key in ("prompt_tokens", "completion_tokens")},
+        source=source,
+    )
+    expected = _stored_outcome(detail, chosen)
+    files = {RAW_FILE: raw, META_FILE: _json_text(meta.to_json())}
+    if expected is not None:
+        files[EXPECTED_FILE] = _json_text(expected.to_json())
+    _refuse_secrets(files)
+    _prepare_directory(to, force=force)
+    if expected is None:
+        # A stale expected outcome of another capture would not be this attempt's.
+        (to / EXPECTED_FILE).unlink(missing_ok=True)
+    for name, text in files.items():
+        _write_text(to / name, text)
+    return CapturedFixture(
+        path=to, run_id=detail.id, attempt=chosen.number, meta=meta, expected=expected
+    )
+
+
+def _chosen_attempt(detail: RunDetail, number: int | None) -> AttemptView:
+    if number is not None:
+        for attempt in detail.attempts:
+            if attempt.number == number:
+                if attempt.raw_output is None:
+                    raise InputError(
+                        f"run {detail.id}: attempt {number} has no raw output to capture "
+                        f"(the call failed: {attempt.provider_error or 'no answer'})"
+                    )
+                return attempt
+        numbers = ", ".join(str(a.number) for a in detail.attempts) or "none"
+        raise NotFoundError(
+            f"run {detail.id}: no attempt {number}: expected one of its attempts ({numbers})"
+        )
+    with_raw = [a for a in detail.attempts if a.raw_output is not None]
+    best = next((a for a in with_raw if a.id == detail.best_attempt_id), None)
+    if best is None and detail.report is not None:
+        best = next((a for a in with_raw if a.id == detail.report.attempt_id), None)
+    if best is not None:
+        return best
+    if not with_raw:
+        raise InputError(
+            f"run {detail.id}: no attempt has raw output to capture "
+            f"({len(detail.attempts)} attempt(s), status {detail.status})"
+        )
+    return with_raw[-1]
+
+
+def _stored_outcome(detail: RunDetail, attempt: AttemptView) -> Outcome | None:
+    """The outcome the run stored for ``attempt``, or None when it stored no report of it.
+
+    Operator-added report items are left out: the fixture records what salvage did.
+    """
+    from salvagelane.core.outcome import ItemOutcome, QuarantineOutcome, canonical_sha256
+
+    report = detail.report
+    status = (attempt.outcome or {}).get("status")
+    if report is None or report.attempt_id != attempt.id or not isinstance(status, str):
+        return None
+    items = tuple(
+        ItemOutcome(index=item.source_index, sha256=canonical_sha256(item.data), data=item.data)
+        for item in sorted(report.items, key=lambda item: item.position)
+        if item.origin == "model" and item.source_index is not None
+    )
+    quarantined = tuple(
+        QuarantineOutcome(index=record.source_index, reason=record.reason)
+        for record in sorted(detail.quarantined, key=lambda record: record.id)
+        if record.attempt_id == attempt.id
+    )
+    envelope = report.envelope if isinstance(report.envelope, Mapping) else {}
+    return Outcome(
+        status=status, items=items, quarantined=quarantined, envelope_keys=tuple(envelope)
+    )
+
+
+def _refuse_secrets(files: Mapping[str, str]) -> None:
+    secrets = [
+        name
+        for name, value in os.environ.items()
+        if secret_field_name(name)
+        and len(value.strip()) >= MIN_SECRET_LENGTH
+        and any(value.strip() in text for text in files.values())
+    ]
+    if secrets:
+        raise InputError(
+            "refusing to write the fixture: the value of "
+            f"{', '.join(sorted(secrets))} appears in the captured output or metadata "
+            "(expected no secret in a fixture; remove it from the run's output first)"
+        )
+
+
+def _prepare_directory(directory: Path, *, force: bool) -> None:
+    if directory.exists():
+        if not directory.is_dir():
+            raise InputError(f"{directory}: expected a directory for the fixture, got a file")
+        if not force and any(directory.iterdir()):
+            raise InputError(
+                f"{directory}: not empty: expected a new or empty directory "
+                "(pass --force to overwrite its fixture files)"
+            )
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{directory}: cannot create: {exc.strerror or exc}") from exc
+
+
+def summarise(replays: Sequence[FixtureReplay]) -> dict[str, int]:
+    """How many fixtures got each verdict, in a fixed order."""
+    order: tuple[Verdict, ...] = ("same", "differs", "error", "updated", "recorded")
+    return {verdict: sum(1 for r in replays if r.verdict == verdict) for verdict in order}

@@ -1,0 +1,458 @@
+"""The operator review lane of the quarantine: list, show, approve, reject, annotate.
+
+Reached through :attr:`Store.quarantine <salvagelane.store.Store.quarantine>`. Every
+method is one transaction; a change locks the item's row first (``SELECT ... FOR UPDATE``
+on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already serialises writers) and checks its
+state under that lock, so two operators cannot both approve one item. Every action, a
+refused approval included, leaves a row in ``quarantine_reviews``.
+
+This module judges nothing: the guardrails run in the core (``check_item``) before
+:meth:`QuarantineLane.approve_quarantined` is called with the item they accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from salvagelane.errors import NotFoundError, ReviewStateError
+from salvagelane.store.models import (
+    Attempt,
+    QuarantinedItem,
+    QuarantineReview,
+    Report,
+    ReportItem,
+    Run,
+)
+from salvagelane.store.records import (
+    ApprovalView,
+    QuarantineDetail,
+    QuarantineFilter,
+    QuarantineReviewView,
+    QuarantineView,
+    ReportItemRecord,
+    ReviewAction,
+)
+from salvagelane.store.repository import SUPERSEDED, _view, decode_raw
+
+Transactions = Callable[[str], AbstractContextManager[Session]]
+
+PENDING, APPROVED, REJECTED = "pending", "approved", "rejected"
+REVIEW_STATUSES = (PENDING, APPROVED, REJECTED, SUPERSEDED)
+CONTEXT_CHARS = 300
+"""Characters of raw output shown on each side of an item's span."""
+
+
+class QuarantineLane:
+    """Review of quarantined items, on the store's database."""
+
+    def __init__(self, transaction: Transactions, url: str) -> None:
+        self._transaction = transaction
+        self._url = url
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def list_quarantine(self, where: QuarantineFilter | None = None) -> list[QuarantineView]:
+        """The items ``where`` selects, newest first (created_at, then id, descending)."""
+        with self._transaction("list the quarantine") as session:
+            stmt = _matching(where or QuarantineFilter()).add_columns(Attempt.number)
+            rows = session.execute(stmt).tuples().all()
+            return [_quarantine_view(row, number) for row, number in rows]
+
+    def get_quarantine(
+        self, quarantine_id: int, *, context_chars: int = CONTEXT_CHARS
+    ) -> QuarantineDetail:
+        """Everything about one item: its record, the raw text around its span, its run's
+        report (if any) and its audit trail."""
+        with self._transaction(f"read quarantined item {quarantine_id}") as session:
+            row = self._item(session, quarantine_id)
+            attempt = session.get(Attempt, row.attempt_id)
+            run = session.get(Run, row.run_id)
+            assert attempt is not None  # foreign keys
+            assert run is not None
+            before = span = after = None
+            if attempt.raw_output is not None and row.span_start is not None:
+                raw = decode_raw(attempt.raw_output)
+                start, end = row.span_start, row.span_end or row.span_start
+                before = raw[max(0, start - context_chars) : start]
+                span = raw[start:end]
+                after = raw[end : end + context_chars]
+            report = _report_of(session, row.run_id)
+            return _view(
+                QuarantineDetail,
+                row,
+                attempt_number=attempt.number,
+                run_status=run.status,
+                raw_before=before,
+                raw_span=span,
+                raw_after=after,
+                report_id=None if report is None else report.id,
+                report_attempt_id=None if report is None else report.attempt_id,
+                report_items=None if report is None else _item_count(session, report.id),
+                reviews=[_view(QuarantineReviewView, r) for r in _reviews(session, row.id)],
+            )
+
+    # --- writes -----------------------------------------------------------------------------
+
+    def approve_quarantined(
+        self,
+        quarantine_id: int,
+        *,
+        item: ReportItemRecord,
+        expected_items: int,
+        actor: str,
+        note: str | None,
+        now: datetime,
+        audit: Mapping[str, Any] | None = None,
+    ) -> ApprovalView:
+        """Add ``item`` (accepted by the guardrails) to the run's report and mark the
+        quarantined item ``approved``, in one transaction.
+
+        ``expected_items`` is the report's item count the guardrails' item-count check
+        saw: if another approval changed it meanwhile, nothing is written (ReviewStateError:
+        check and approve again). The item is appended after the existing
+        items; the report's counts move the item from its reason to ``accepted`` (and
+        count ``operator_approved``); ``partial`` is cleared when no pending or rejected
+        item of the report's attempt remains. ``audit`` adds values to the audit row.
+        """
+        with self._transaction(f"approve quarantined item {quarantine_id}") as session:
+            row = self._item(session, quarantine_id, for_update=True)
+            require_pending(row, "approve")
+            report = _report_of(session, row.run_id, for_update=True)
+            if report is None:
+                run = session.get(Run, row.run_id)
+                raise _no_report(row.id, row.run_id, "?" if run is None else run.status)
+            if report.attempt_id != row.attempt_id:
+                # Only pending items reach here, and pending ones belong to the chosen attempt.
+                raise ReviewStateError(
+                    f"quarantined item #{row.id} comes from attempt {row.attempt_id}, but "
+                    f"the report of run {row.run_id} comes from attempt {report.attempt_id}"
+                )
+            items = _item_count(session, report.id)
+            if items != expected_items:
+                raise ReviewStateError(
+                    f"the report of run {row.run_id} holds {items} items, the guardrails "
+                    f"checked the approval against {expected_items}: it changed meanwhile; "
+                    "approve again"
+                )
+            last = session.scalar(
+                sa.select(sa.func.max(ReportItem.position)).where(ReportItem.report_id == report.id)
+            )
+            position = 0 if last is None else last + 1
+            session.add(
+                ReportItem(
+                    report_id=report.id,
+                    position=position,
+                    source_index=item.source_index,
+                    data=item.data,
+                    span_start=item.span_start,
+                    span_end=item.span_end,
+                    coercions=None if item.coercions is None else list(item.coercions),
+                    origin="operator",
+                )
+            )
+            before_report = {"partial": report.partial, "counts": report.counts}
+            report.counts = _moved_to_accepted(report.counts, row.reason)
+            unresolved = session.scalar(
+                sa.select(sa.func.count(QuarantinedItem.id)).where(
+                    QuarantinedItem.attempt_id == report.attempt_id,
+                    QuarantinedItem.id != row.id,
+                    QuarantinedItem.review_status.in_((PENDING, REJECTED)),
+                )
+            )
+            if not unresolved:
+                report.partial = False
+            _decide(row, APPROVED, actor=actor, note=note, now=now)
+            self._audit(
+                session,
+                row,
+                "approve",
+                actor=actor,
+                note=note,
+                now=now,
+                before={"review_status": PENDING, "report": before_report},
+                after={
+                    "review_status": APPROVED,
+                    "item": item.data,
+                    "position": position,
+                    "report": {"partial": report.partial, "counts": report.counts},
+                    **(audit or {}),
+                },
+            )
+            return ApprovalView(
+                quarantine_id=row.id,
+                run_id=row.run_id,
+                report_id=report.id,
+                position=position,
+                items=items + 1,
+                counts=report.counts,
+                partial=report.partial,
+            )
+
+    def record_refused_approval(
+        self,
+        quarantine_id: int,
+        *,
+        candidate: Any,
+        error: Mapping[str, Any],
+        actor: str,
+        note: str | None,
+        now: datetime,
+    ) -> None:
+        """Record an approval the guardrails refused: the audit row is all that changes."""
+        with self._transaction(f"record a refused approval of {quarantine_id}") as session:
+            row = self._item(session, quarantine_id, for_update=True)
+            self._audit(
+                session,
+                row,
+                "approve_refused",
+                actor=actor,
+                note=note,
+                now=now,
+                before={"review_status": row.review_status},
+                after={"review_status": row.review_status, "candidate": candidate},
+                error=dict(error),
+            )
+
+    def reject_quarantined(
+        self, quarantine_id: int, *, actor: str, note: str, now: datetime
+    ) -> QuarantineView:
+        """Mark a pending item ``rejected`` (the report keeps its ``partial`` flag)."""
+        _require_note(note)
+        with self._transaction(f"reject quarantined item {quarantine_id}") as session:
+            row = self._item(session, quarantine_id, for_update=True)
+            require_pending(row, "reject")
+            self._reject(session, row, "reject", actor=actor, note=note, now=now)
+            return _quarantine_view(row, _attempt_number(session, row))
+
+    def note_quarantined(
+        self, quarantine_id: int, *, actor: str, note: str, now: datetime
+    ) -> QuarantineView:
+        """Attach a note to an item in any state; its status stays."""
+        _require_note(note)
+        with self._transaction(f"note quarantined item {quarantine_id}") as session:
+            row = self._item(session, quarantine_id, for_update=True)
+            self._audit(
+                session,
+                row,
+                "note",
+                actor=actor,
+                note=note,
+                now=now,
+                before={"review_note": row.review_note},
+                after={"review_note": note},
+            )
+            row.review_note = note
+            return _quarantine_view(row, _attempt_number(session, row))
+
+    def reject_matching(
+        self, where: QuarantineFilter, *, actor: str, note: str, now: datetime
+    ) -> list[int]:
+        """Reject every pending item ``where`` selects (newest first, up to its limit);
+        returns their ids. ``where.review_status`` must be None or ``pending``."""
+        _require_note(note)
+        if where.review_status not in (None, PENDING):
+            raise ReviewStateError(
+                f"bulk reject takes pending items only, not {where.review_status!r} ones"
+            )
+        pending = QuarantineFilter(
+            instruction_id=where.instruction_id,
+            reason=where.reason,
+            review_status=PENDING,
+            since=where.since,
+            limit=where.limit,
+        )
+        with self._transaction("reject matching quarantined items") as session:
+            rows = list(session.scalars(_matching(pending).with_for_update()))
+            for row in rows:
+                self._reject(session, row, "bulk_reject", actor=actor, note=note, now=now)
+            return [row.id for row in rows]
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _item(
+        self, session: Session, quarantine_id: int, *, for_update: bool = False
+    ) -> QuarantinedItem:
+        row = session.get(QuarantinedItem, quarantine_id, with_for_update=for_update)
+        if row is None:
+            raise NotFoundError(f"{self._url}: no quarantined item with id {quarantine_id}")
+        return row
+
+    def _reject(
+        self,
+        session: Session,
+        row: QuarantinedItem,
+        action: ReviewAction,
+        *,
+        actor: str,
+        note: str,
+        now: datetime,
+    ) -> None:
+        _decide(row, REJECTED, actor=actor, note=note, now=now)
+        self._audit(
+            session,
+            row,
+            action,
+            actor=actor,
+            note=note,
+            now=now,
+            before={"review_status": PENDING},
+            after={"review_status": REJECTED},
+        )
+
+    @staticmethod
+    def _audit(
+        session: Session,
+        row: QuarantinedItem,
+        action: ReviewAction,
+        *,
+        actor: str,
+        note: str | None,
+        now: datetime,
+        before: Any,
+        after: Any,
+        error: Any = None,
+    ) -> None:
+        session.add(
+            QuarantineReview(
+                quarantine_id=row.id,
+                action=action,
+                actor=actor,
+                at=now,
+                note=note,
+                before=before,
+                after=after,
+                error=error,
+            )
+        )
+
+
+def _matching(where: QuarantineFilter) -> sa.Select[tuple[QuarantinedItem]]:
+    """The items ``where`` selects, newest first: each filter is the leading column of
+    one of the (column, created_at) indexes, and the order is that index's."""
+    stmt = (
+        sa.select(QuarantinedItem)
+        .join(Attempt, Attempt.id == QuarantinedItem.attempt_id)
+        .order_by(QuarantinedItem.created_at.desc(), QuarantinedItem.id.desc())
+    )
+    if where.review_status is None:
+        stmt = stmt.where(QuarantinedItem.review_status != SUPERSEDED)
+    else:
+        stmt = stmt.where(QuarantinedItem.review_status == where.review_status)
+    if where.instruction_id is not None:
+        stmt = stmt.where(QuarantinedItem.instruction_id == where.instruction_id)
+    if where.reason is not None:
+        stmt = stmt.where(QuarantinedItem.reason == where.reason)
+    if where.since is not None:
+        stmt = stmt.where(QuarantinedItem.created_at >= where.since)
+    if where.limit is not None:
+        stmt = stmt.limit(where.limit)
+    return stmt
+
+
+def _quarantine_view(row: QuarantinedItem, attempt_number: int) -> QuarantineView:
+    return _view(QuarantineView, row, attempt_number=attempt_number)
+
+
+def _attempt_number(session: Session, row: QuarantinedItem) -> int:
+    number = session.scalar(sa.select(Attempt.number).where(Attempt.id == row.attempt_id))
+    assert number is not None  # a foreign key
+    return number
+
+
+def _report_of(session: Session, run_id: str, *, for_update: bool = False) -> Report | None:
+    stmt = sa.select(Report).where(Report.run_id == run_id)
+    if for_update:
+        stmt = stmt.with_for_update()
+    return session.scalars(stmt).one_or_none()
+
+
+def _item_count(session: Session, report_id: str) -> int:
+    return (
+        session.scalar(
+            sa.select(sa.func.count(ReportItem.id)).where(ReportItem.report_id == report_id)
+        )
+        or 0
+    )
+
+
+def _reviews(session: Session, quarantine_id: int) -> Iterator[QuarantineReview]:
+    return iter(
+        session.scalars(
+            sa.select(QuarantineReview)
+            .where(QuarantineReview.quarantine_id == quarantine_id)
+            .order_by(QuarantineReview.at, QuarantineReview.id)
+        )
+    )
+
+
+def require_pending(row: QuarantinedItem | QuarantineView, action: str) -> None:
+    """ReviewStateError unless ``row`` is pending (``action`` names what was tried)."""
+    if row.review_status == PENDING:
+        return
+    by = f" by {row.reviewed_by}" if row.reviewed_by else ""
+    when = f" at {row.reviewed_at.isoformat()}" if row.reviewed_at else ""
+    why = (
+        "it belongs to an attempt that was not chosen for the report"
+        if row.review_status == SUPERSEDED
+        else f"it was {row.review_status}{by}{when}"
+    )
+    raise ReviewStateError(
+        f"cannot {action} quarantined item #{row.id}: expected a pending item, "
+        f"it is {row.review_status} ({why})"
+    )
+
+
+def require_report(detail: QuarantineDetail) -> None:
+    """ReviewStateError when ``detail``'s run has no report to add an approved item to."""
+    if detail.report_id is None:
+        raise _no_report(detail.id, detail.run_id, detail.run_status)
+
+
+def _no_report(quarantine_id: int, run_id: str, run_status: str) -> ReviewStateError:
+    # An approval adds the item to the run's report; making up a report for a run that
+    # produced none (its envelope, status, counts) would not be the model's nor the
+    # operator's: refused.
+    return ReviewStateError(
+        f"cannot approve quarantined item #{quarantine_id}: its run {run_id} has no report "
+        f"(the run is {run_status}), so there is no report to add the item to; "
+        "reject it, or run the instruction again"
+    )
+
+
+def _require_note(note: str) -> None:
+    if not note.strip():
+        raise ValueError("note: expected some text, got an empty note")
+
+
+def _decide(
+    row: QuarantinedItem, status: str, *, actor: str, note: str | None, now: datetime
+) -> None:
+    row.review_status = status
+    row.reviewed_by = actor
+    row.reviewed_at = now
+    if note is not None:
+        row.review_note = note
+
+
+def _moved_to_accepted(counts: Mapping[str, Any], reason: str) -> dict[str, Any]:
+    """``counts`` with one item of ``reason`` moved to ``accepted``, noted as an operator's.
+
+    Keys the report never had (other than ``accepted`` and ``operator_approved``) stay
+    absent: counts written by other code are updated, not invented.
+    """
+    moved = dict(counts)
+    moved["accepted"] = int(moved.get("accepted", 0)) + 1
+    if isinstance(moved.get("quarantined"), int):
+        moved["quarantined"] = max(0, moved["quarantined"] - 1)
+    by_reason = moved.get("by_reason")
+    if isinstance(by_reason, Mapping) and reason in by_reason:
+        remaining = {**by_reason, reason: int(by_reason[reason]) - 1}
+        moved["by_reason"] = {k: v for k, v in remaining.items() if v > 0}
+    moved["operator_approved"] = int(moved.get("operator_approved", 0)) + 1
+    return moved

@@ -1,0 +1,377 @@
+"""The quarantine review lane of the store, on SQLite and PostgreSQL.
+
+Runs are written through the store's own API with a hand-made raw output, so spans,
+reasons, times and review states are exactly what each test needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from salvagelane.errors import NotFoundError, ReviewStateError
+from salvagelane.store import (
+    QuarantineFilter,
+    QuarantineRecord,
+    ReportItemRecord,
+    ReportRecord,
+    Store,
+    upgrade,
+)
+
+T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+RAW = '{"items": [{"a": 1}, {"a": "x"}, {"a": 2, "b": 7}, {"a": 3, "b"'
+# Spans into RAW: the kept item, a schema reject, an allow-list reject, a truncated one.
+SCHEMA, ALLOW, CUT = (21, 31), (33, 49), (51, 63)
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[Store]:
+    upgrade(database_url)
+    with Store.open(database_url) as opened:
+        yield opened
+
+
+def held(
+    attempt_id: str, reason: str, span: tuple[int, int], index: int, **changes: Any
+) -> QuarantineRecord:
+    values: dict[str, Any] = {
+        "attempt_id": attempt_id,
+        "instruction_id": "daily",
+        "source_index": index,
+        "reason": reason,
+        "error": {"code": reason, "path": "$.a", "message": f"{reason} at $.a"},
+        "span_start": span[0],
+        "span_end": span[1],
+        "snippet": RAW[span[0] : span[1]],
+        "sha256": "s" * 64,
+        "repaired": None,
+        "provenance": {"instruction": "daily", "model": "m", "attempt": 1},
+        "review_status": "pending",
+        **changes,
+    }
+    return QuarantineRecord(**values)
+
+
+def seed_run(
+    store: Store,
+    *,
+    at: datetime = T0,
+    instruction_id: str = "daily",
+    with_report: bool = True,
+    reasons: Sequence[str] = ("schema", "allow_list", "truncated"),
+) -> tuple[str, str]:
+    """A finished run of one attempt over RAW: one kept item and the rejects in ``reasons``
+    (pending), plus a superseded reject of a second attempt that was not chosen."""
+    run_id = store.start_run(
+        instruction_id=instruction_id,
+        definition_sha256="d" * 64,
+        trigger="manual",
+        scheduled_for=None,
+        now=at,
+    )
+    attempts = [
+        store.add_attempt(
+            run_id,
+            number=number,
+            started_at=at,
+            request={},
+            raw_output=RAW,
+            finish_reason="length",
+            native_finish_reason="length",
+            usage=None,
+            model="m",
+            request_id=None,
+            latency_seconds=None,
+            http_status=200,
+            provider_error=None,
+            stream_error=None,
+            finished_at=at,
+        )
+        for number in (1, 2)
+    ]
+    spans = {"schema": (SCHEMA, 1), "allow_list": (ALLOW, 2), "truncated": (CUT, 3)}
+    quarantined = [
+        held(attempts[0], reason, *spans[reason], instruction_id=instruction_id)
+        for reason in reasons
+    ]
+    quarantined.append(held(attempts[1], "malformed", (0, 5), 0, review_status="superseded"))
+    by_reason = dict.fromkeys(reasons, 1)
+    report = ReportRecord(
+        attempt_id=attempts[0],
+        envelope={},
+        partial=True,
+        status="partial",
+        document_valid=False,
+        truncated=True,
+        finish_reason="length",
+        counts={
+            "candidates": 1 + len(reasons),
+            "accepted": 1,
+            "quarantined": len(reasons),
+            "by_reason": by_reason,
+        },
+        items=[ReportItemRecord(source_index=0, data={"a": 1}, span_start=11, span_end=19)],
+    )
+    store.finish_run(
+        run_id,
+        status="partial",
+        finished_at=at,
+        error=None,
+        report=report if with_report else None,
+        quarantined=quarantined,
+    )
+    return run_id, attempts[0]
+
+
+def ids_of(store: Store, run_id: str) -> dict[str, int]:
+    """The run's quarantined item ids by reason."""
+    return {q.reason: q.id for q in store.get_run(run_id).quarantined}
+
+
+def operator_item(data: Any) -> ReportItemRecord:
+    return ReportItemRecord(
+        source_index=1, data=data, span_start=None, span_end=None, origin="operator"
+    )
+
+
+def test_list_is_newest_first_filtered_and_leaves_superseded_out(store: Store) -> None:
+    old_run, _ = seed_run(store, at=T0)
+    new_run, _ = seed_run(store, at=T0 + timedelta(days=1), instruction_id="weekly")
+    lane = store.quarantine
+
+    listed = lane.list_quarantine()
+
+    assert [(q.run_id, q.reason) for q in listed] == [
+        (new_run, "truncated"),
+        (new_run, "allow_list"),
+        (new_run, "schema"),
+        (old_run, "truncated"),
+        (old_run, "allow_list"),
+        (old_run, "schema"),
+    ]
+    assert all(q.review_status == "pending" for q in listed)
+    assert [q.run_id for q in lane.list_quarantine(QuarantineFilter(instruction_id="daily"))] == [
+        old_run
+    ] * 3
+    by_reason = lane.list_quarantine(QuarantineFilter(reason="schema"))
+    assert [q.run_id for q in by_reason] == [new_run, old_run]
+    since = lane.list_quarantine(QuarantineFilter(since=T0 + timedelta(hours=1)))
+    assert {q.run_id for q in since} == {new_run}
+    assert len(lane.list_quarantine(QuarantineFilter(limit=2))) == 2
+    superseded = lane.list_quarantine(QuarantineFilter(review_status="superseded"))
+    assert [(q.run_id, q.attempt_number) for q in superseded] == [(new_run, 2), (old_run, 2)]
+
+
+def test_get_shows_the_raw_text_around_the_span(store: Store) -> None:
+    run_id, _ = seed_run(store)
+    detail = store.quarantine.get_quarantine(ids_of(store, run_id)["schema"], context_chars=8)
+
+    assert (detail.raw_before, detail.raw_span, detail.raw_after) == (
+        'a": 1}, ',
+        '{"a": "x"}',
+        ', {"a": ',
+    )
+    assert (detail.run_status, detail.report_items, detail.attempt_number) == ("partial", 1, 1)
+    assert detail.reviews == []
+
+
+def test_approve_adds_the_item_updates_the_report_and_audits(store: Store) -> None:
+    run_id, _ = seed_run(store, reasons=("schema", "truncated"))
+    ids = ids_of(store, run_id)
+    lane = store.quarantine
+
+    first = lane.approve_quarantined(
+        ids["schema"],
+        item=operator_item({"a": 9}),
+        expected_items=1,
+        actor="alice",
+        note="checked the source",
+        now=T0 + timedelta(hours=1),
+    )
+
+    assert (first.position, first.items, first.partial) == (1, 2, True)  # truncated pending
+    report = store.get_run(run_id).report
+    assert report is not None
+    assert [(i.data, i.origin) for i in report.items] == [
+        ({"a": 1}, "model"),
+        ({"a": 9}, "operator"),
+    ]
+    assert report.counts == {
+        "candidates": 3,
+        "accepted": 2,
+        "quarantined": 1,
+        "by_reason": {"truncated": 1},
+        "operator_approved": 1,
+    }
+    assert report.partial
+    detail = lane.get_quarantine(ids["schema"])
+    assert (detail.review_status, detail.reviewed_by, detail.review_note) == (
+        "approved",
+        "alice",
+        "checked the source",
+    )
+    assert detail.reviewed_at == T0 + timedelta(hours=1)
+    (audit,) = detail.reviews
+    assert (audit.action, audit.actor, audit.at) == ("approve", "alice", T0 + timedelta(hours=1))
+    assert audit.before["review_status"] == "pending"
+    assert audit.after["item"] == {"a": 9}
+
+    # The last unresolved item of the attempt: the report is no longer partial.
+    second = lane.approve_quarantined(
+        ids["truncated"],
+        item=operator_item({"a": 3, "b": 0}),
+        expected_items=2,
+        actor="bob",
+        note=None,
+        now=T0 + timedelta(hours=2),
+    )
+    assert (second.position, second.items, second.partial) == (2, 3, False)
+    payload = store.get_report_payload(run_id)
+    assert payload["partial"] is False
+    assert payload["counts"]["by_reason"] == {}
+    assert payload["items"][-1] == {"a": 3, "b": 0}
+
+
+def test_a_rejected_item_keeps_the_report_partial(store: Store) -> None:
+    run_id, _ = seed_run(store, reasons=("schema", "truncated"))
+    ids = ids_of(store, run_id)
+    lane = store.quarantine
+    lane.reject_quarantined(ids["truncated"], actor="ops", note="cut off", now=T0)
+
+    approval = lane.approve_quarantined(
+        ids["schema"], item=operator_item({}), expected_items=1, actor="ops", note=None, now=T0
+    )
+
+    assert approval.partial
+
+
+def test_refused_approval_changes_nothing_but_the_audit(store: Store) -> None:
+    run_id, _ = seed_run(store)
+    quarantine_id = ids_of(store, run_id)["schema"]
+    before = store.get_run(run_id)
+
+    store.quarantine.record_refused_approval(
+        quarantine_id,
+        candidate='{"a": "still wrong"}',
+        error={"reason": "schema", "path": "$.a", "message": "schema at $.a"},
+        actor="alice",
+        note=None,
+        now=T0,
+    )
+
+    after = store.get_run(run_id)
+    assert after.report == before.report
+    assert after.quarantined == before.quarantined
+    (audit,) = store.quarantine.get_quarantine(quarantine_id).reviews
+    assert (audit.action, audit.error["path"]) == ("approve_refused", "$.a")
+    assert audit.after["candidate"] == '{"a": "still wrong"}'
+
+
+def test_wrong_states_and_unknown_ids_are_clear_errors(store: Store) -> None:
+    run_id, _ = seed_run(store)
+    ids = ids_of(store, run_id)
+    lane = store.quarantine
+    lane.approve_quarantined(
+        ids["schema"], item=operator_item({}), expected_items=1, actor="a", note=None, now=T0
+    )
+    lane.reject_quarantined(ids["truncated"], actor="a", note="no", now=T0)
+    superseded = ids["malformed"]
+
+    with pytest.raises(ReviewStateError, match=r"expected a pending item, it is approved"):
+        lane.approve_quarantined(
+            ids["schema"], item=operator_item({}), expected_items=2, actor="a", note=None, now=T0
+        )
+    with pytest.raises(ReviewStateError, match=r"cannot reject .* it is rejected"):
+        lane.reject_quarantined(ids["truncated"], actor="a", note="again", now=T0)
+    with pytest.raises(ReviewStateError, match="not chosen for the report"):
+        lane.reject_quarantined(superseded, actor="a", note="x", now=T0)
+    with pytest.raises(NotFoundError, match="no quarantined item with id 999999") as caught:
+        lane.approve_quarantined(
+            999999, item=operator_item({}), expected_items=2, actor="a", note=None, now=T0
+        )
+    assert not isinstance(caught.value, ReviewStateError)
+    with pytest.raises(NotFoundError, match="no quarantined item"):
+        lane.get_quarantine(999999)
+    # The report changed since the guardrails counted its items: nothing is written.
+    with pytest.raises(ReviewStateError, match=r"holds 2 items.* against 1"):
+        lane.approve_quarantined(
+            ids["allow_list"],
+            item=operator_item({}),
+            expected_items=1,
+            actor="a",
+            note=None,
+            now=T0,
+        )
+    assert lane.get_quarantine(ids["allow_list"]).review_status == "pending"
+    assert len(store.get_report_payload(run_id)["items"]) == 2
+
+
+def test_a_run_without_report_refuses_approval(store: Store) -> None:
+    run_id, _ = seed_run(store, with_report=False)
+    quarantine_id = ids_of(store, run_id)["schema"]
+
+    with pytest.raises(ReviewStateError, match="has no report"):
+        store.quarantine.approve_quarantined(
+            quarantine_id, item=operator_item({}), expected_items=0, actor="a", note=None, now=T0
+        )
+
+    detail = store.quarantine.get_quarantine(quarantine_id)
+    assert (detail.review_status, detail.report_id, detail.reviews) == ("pending", None, [])
+
+
+def test_reject_matching_rejects_exactly_the_matching_pending_items(store: Store) -> None:
+    daily, _ = seed_run(store, at=T0)
+    weekly, _ = seed_run(store, at=T0, instruction_id="weekly")
+    lane = store.quarantine
+    lane.approve_quarantined(
+        ids_of(store, daily)["schema"],
+        item=operator_item({}),
+        expected_items=1,
+        actor="a",
+        note=None,
+        now=T0,
+    )
+
+    rejected = lane.reject_matching(
+        QuarantineFilter(instruction_id="daily"), actor="ops", note="noise day", now=T0
+    )
+
+    daily_ids = ids_of(store, daily)
+    assert sorted(rejected) == sorted([daily_ids["allow_list"], daily_ids["truncated"]])
+    statuses = {(q.run_id, q.reason): q.review_status for q in store.get_run(daily).quarantined}
+    assert statuses == {
+        (daily, "schema"): "approved",
+        (daily, "allow_list"): "rejected",
+        (daily, "truncated"): "rejected",
+        (daily, "malformed"): "superseded",
+    }
+    assert all(q.review_status != "rejected" for q in store.get_run(weekly).quarantined)
+    audit = lane.get_quarantine(daily_ids["truncated"]).reviews
+    assert [(a.action, a.actor, a.note) for a in audit] == [("bulk_reject", "ops", "noise day")]
+    with pytest.raises(ReviewStateError, match="pending items only"):
+        lane.reject_matching(
+            QuarantineFilter(review_status="approved"), actor="ops", note="x", now=T0
+        )
+
+
+def test_a_note_keeps_the_status_and_is_audited(store: Store) -> None:
+    run_id, _ = seed_run(store)
+    quarantine_id = ids_of(store, run_id)["schema"]
+
+    noted = store.quarantine.note_quarantined(
+        quarantine_id, actor="carol", note="ask the data team", now=T0
+    )
+
+    assert (noted.review_status, noted.review_note) == ("pending", "ask the data team")
+    (audit,) = store.quarantine.get_quarantine(quarantine_id).reviews
+    assert (audit.action, audit.before, audit.after) == (
+        "note",
+        {"review_note": None},
+        {"review_note": "ask the data team"},
+    )
+    with pytest.raises(ValueError, match="empty note"):
+        store.quarantine.note_quarantined(quarantine_id, actor="carol", note=" ", now=T0)
