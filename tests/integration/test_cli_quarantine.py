@@ -317,3 +317,30 @@ def test_reject_note_and_bulk_reject(database_url: str, schema_fixture: Path) ->
     needs_note = salvagelane("quarantine", "list", "--reject-all", "--yes", database=database)
     assert needs_note.returncode == 2
     assert "--reject-all needs --note" in needs_note.stderr
+
+
+def test_export_writes_the_fixture_of_the_items_run_and_replay_reproduces_it(
+    database_url: str, tmp_path: Path
+) -> None:
+    database = upgraded(database_url)
+    run_id = run_fixture(database)
+    (item,) = json.loads(salvagelane("quarantine", "list", "--json", database=database).stdout)
+    to = tmp_path / "exported"
+
+    exported = salvagelane(
+        "quarantine", "export", str(item["id"]), "--to", str(to), database=database
+    )
+
+    assert exported.returncode == 0, exported.stderr
+    assert f"run          {run_id}, attempt 1" in exported.stdout
+    assert f"item         #{item['id']}: truncated at index 7" in exported.stdout
+    assert (to / "raw.txt").read_bytes() == (FIXTURE / "raw.txt").read_bytes()
+    replayed = salvagelane("replay", str(to), database=database)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "1 fixture(s): 1 same" in replayed.stdout
+    unknown = salvagelane(
+        "quarantine", "export", "999999", "--to", str(tmp_path / "x"), database=database
+    )
+    assert unknown.returncode == 2
+    assert "999999" in unknown.stderr
+    assert not (tmp_path / "x").exists()

@@ -19,6 +19,7 @@ from salvagelane.cli.run_commands import (
 )
 from salvagelane.fixtures import (
     EXPECTED_FILE,
+    CapturedFixture,
     FixtureReplay,
     Replayer,
     capture_run,
@@ -69,6 +70,11 @@ def capture_command(
     """
     with open_store(database) as store:
         captured = capture_run(store, run_id, attempt, to, force=force)
+    echo_captured(captured)
+
+
+def echo_captured(captured: CapturedFixture) -> None:
+    """What ``fixture capture`` and ``quarantine export`` print about a written fixture."""
     click.echo(f"fixture      {captured.path}")
     click.echo(f"run          {captured.run_id}, attempt {captured.attempt}")
     click.echo(f"instruction  {captured.meta.instruction}")

@@ -210,6 +210,33 @@ def quarantine_show_command(quarantine_id: int, database: str | None, as_json: b
         click.echo(quarantine_detail(detail))
 
 
+@quarantine_group.command("export")
+@click.argument("quarantine_id", metavar="ID", type=int)
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory to write the fixture into (created; must be empty unless --force).",
+)
+@click.option("--force", is_flag=True, help="Overwrite the fixture files of a non-empty DIR.")
+@database_option
+def quarantine_export_command(
+    quarantine_id: int, to: Path, force: bool, database: str | None
+) -> None:
+    """Write a regression fixture of the model output quarantined item ID came from (its
+    run and attempt), as `salvagelane fixture capture` does. Replay it with
+    `salvagelane replay DIR`."""
+    from salvagelane.cli.fixture_commands import echo_captured
+    from salvagelane.fixtures import capture_run
+
+    with open_store(database) as store:
+        held = store.quarantine.get_quarantine(quarantine_id)
+        captured = capture_run(store, held.run_id, held.attempt_number, to, force=force)
+    echo_captured(captured)
+    click.echo(f"item         #{held.id}: {held.reason} at index {held.source_index}")
+
+
 @quarantine_group.command("approve")
 @click.argument("quarantine_id", metavar="ID", type=int)
 @click.option(
