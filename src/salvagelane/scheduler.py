@@ -44,6 +44,7 @@ from apscheduler.triggers.date import DateTrigger  # type: ignore[import-untyped
 from salvagelane.definitions.cron import cron_fields, month_numbers, weekday_numbers
 from salvagelane.definitions.model import Instruction, Schedule
 from salvagelane.errors import ConfigurationError, NotFoundError, SalvagelaneError
+from salvagelane.tables import aligned
 
 __all__ = [
     "RUN_SCHEDULED",
@@ -323,11 +324,7 @@ def render_schedule_table(rows: Sequence[ScheduleRow]) -> str:
             else f"{row.next_fire_local:%Y-%m-%d %H:%M:%S %Z}"
         )
         lines.append((row.instruction_id, row.cron, row.timezone, utc, local))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in lines
-    )
+    return "\n".join(aligned(lines))
 
 
 # --- The service -----------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from salvagelane.fixtures import (
     discover,
     summarise,
 )
+from salvagelane.tables import aligned
 
 PROGRESS_THRESHOLD = 5
 """More fixtures than this get a progress bar (at a terminal): fewer finish at once."""
@@ -150,12 +151,10 @@ def render_replays(replays: Sequence[FixtureReplay], counts: dict[str, int]) -> 
         )
         for r in replays
     ]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines: list[str] = []
-    for row, replay in zip([header, *rows], [None, *replays], strict=True):
-        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
-        if replay is None:
-            continue
+    table = aligned([header, *rows])
+    lines = [table[0]]
+    for line, replay in zip(table[1:], replays, strict=True):
+        lines.append(line)
         lines.extend(f"    {difference.message}" for difference in replay.differences)
         if replay.error is not None:
             lines.append(f"    {replay.error}")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from salvagelane.cli.app import EXIT_INVALID, cli
-from salvagelane.cli.render import to_json
+from salvagelane.cli.render import one_line, to_json, when
 from salvagelane.cli.run_commands import (
     database_option,
     find_instruction,
@@ -28,12 +28,13 @@ from salvagelane.cli.run_commands import (
     open_store,
     parse_fire_time,
 )
+from salvagelane.store.review import REVIEW_STATUSES
+from salvagelane.tables import aligned
 
 if TYPE_CHECKING:
     from salvagelane.core import QuarantinedItem
     from salvagelane.store import QuarantineDetail, QuarantineFilter, QuarantineView
 
-REVIEWABLE = ("pending", "approved", "rejected", "superseded")
 _ERROR_WIDTH = 70
 _SNIPPET_WIDTH = 40
 
@@ -79,7 +80,7 @@ def quarantine_group() -> None:
 @click.option("--reason", metavar="REASON", help="Only this reason (e.g. schema, truncated).")
 @click.option(
     "--status",
-    type=click.Choice(REVIEWABLE),
+    type=click.Choice(REVIEW_STATUSES),
     help="Only this review status (default: all but superseded).",
 )
 @click.option(
@@ -419,15 +420,6 @@ def quarantine_note_command(
 # --- renderings -------------------------------------------------------------------------------
 
 
-def _when(moment: datetime | None) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M:%S") if moment is not None else "-"
-
-
-def _one_line(text: str, width: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
 def _message(error: Any) -> str:
     if isinstance(error, dict) and error.get("message"):
         return str(error["message"])
@@ -444,20 +436,16 @@ def quarantine_table(items: list[QuarantineView]) -> str:
         rows.append(
             (
                 str(item.id),
-                _when(item.created_at),
+                when(item.created_at),
                 item.instruction_id,
                 item.run_id[:8],
                 item.reason,
                 item.review_status,
-                _one_line(_message(item.error), _ERROR_WIDTH),
-                _one_line(item.snippet or "", _SNIPPET_WIDTH),
+                one_line(_message(item.error), _ERROR_WIDTH),
+                one_line(item.snippet or "", _SNIPPET_WIDTH),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )
+    return "\n".join(aligned(rows))
 
 
 SPAN_OPEN, SPAN_CLOSE = "⟦", "⟧"
@@ -485,7 +473,7 @@ def quarantine_detail(detail: QuarantineDetail) -> str:
         f"schema       sha256 {str(prov.get('schema_sha256') or '-')[:12]}",
         f"item         {where}, span {detail.span_start}-{detail.span_end}, "
         f"sha256 {(detail.sha256 or '-')[:12]}",
-        f"created      {_when(detail.created_at)}",
+        f"created      {when(detail.created_at)}",
         "",
         f"error        {_message(detail.error)}",
     ]
@@ -518,16 +506,16 @@ def quarantine_detail(detail: QuarantineDetail) -> str:
         lines.append(f"report       {detail.report_items} items")
     review = f"review       {detail.review_status}"
     if detail.reviewed_by:
-        review += f" by {detail.reviewed_by} at {_when(detail.reviewed_at)}"
+        review += f" by {detail.reviewed_by} at {when(detail.reviewed_at)}"
     lines.append(review)
     if detail.review_note:
         lines.append(f"note         {detail.review_note}")
     lines.append(f"audit trail ({len(detail.reviews)})")
     for entry in detail.reviews:
-        line = f"  {_when(entry.at)}  {entry.action:<15} by {entry.actor}"
+        line = f"  {when(entry.at)}  {entry.action:<15} by {entry.actor}"
         if entry.note:
-            line += f": {_one_line(entry.note, _ERROR_WIDTH)}"
+            line += f": {one_line(entry.note, _ERROR_WIDTH)}"
         lines.append(line)
         if entry.error:
-            lines.append(f"      {_one_line(_message(entry.error), 100)}")
+            lines.append(f"      {one_line(_message(entry.error), 100)}")
     return "\n".join(lines)

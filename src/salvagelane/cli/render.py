@@ -11,6 +11,7 @@ from typing import Any
 from salvagelane.errors import NotFoundError
 from salvagelane.executor import RunOutcome
 from salvagelane.store import RunDetail, RunSummary
+from salvagelane.tables import aligned
 
 _ITEM_WIDTH = 110
 _SNIPPET_WIDTH = 90
@@ -29,7 +30,7 @@ def to_json(record: Any) -> Any:
     return record
 
 
-def _when(moment: datetime | None) -> str:
+def when(moment: datetime | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S") if moment is not None else "-"
 
 
@@ -37,7 +38,7 @@ def _by_reason(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{reason} {n}" for reason, n in counts.items())
 
 
-def _one_line(text: str, width: int) -> str:
+def one_line(text: str, width: int) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
@@ -90,21 +91,17 @@ def runs_table(runs: Sequence[RunSummary]) -> str:
         rows.append(
             (
                 run.id[:8],
-                _when(run.created_at),
+                when(run.created_at),
                 run.instruction_id,
                 run.trigger + (" retry" if run.retry_of else ""),
-                _when(run.scheduled_for),
+                when(run.scheduled_for),
                 run.status + (" (sink failed)" if run.sink_status == "failed" else ""),
                 str(run.kept_count),
                 str(run.quarantined_count),
                 run.finish_reason or "-",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )
+    return "\n".join(aligned(rows))
 
 
 def run_detail(detail: RunDetail) -> str:
@@ -113,11 +110,11 @@ def run_detail(detail: RunDetail) -> str:
         f"run          {detail.id}",
         f"instruction  {detail.instruction_id}  (definition {detail.definition_sha256[:12]})",
         f"trigger      {detail.trigger}"
-        + (f", scheduled for {_when(detail.scheduled_for)}" if detail.scheduled_for else "")
+        + (f", scheduled for {when(detail.scheduled_for)}" if detail.scheduled_for else "")
         + (f", retry of {detail.retry_of}" if detail.retry_of else ""),
         f"status       {detail.status}",
-        f"started      {_when(detail.started_at)}",
-        f"finished     {_when(detail.finished_at)}",
+        f"started      {when(detail.started_at)}",
+        f"finished     {when(detail.finished_at)}",
     ]
     if detail.error:
         lines.append(f"error        {detail.error}")
@@ -140,7 +137,7 @@ def run_detail(detail: RunDetail) -> str:
             ("stream", attempt.stream_error),
         ):
             if text:
-                lines.append(f"      {label}: {_one_line(text, _ITEM_WIDTH)}")
+                lines.append(f"      {label}: {one_line(text, _ITEM_WIDTH)}")
     report = detail.report
     lines.append("")
     if report is None:
@@ -155,13 +152,13 @@ def run_detail(detail: RunDetail) -> str:
         )
         for name, value in report.envelope.items():
             lines.append(
-                f"  {name}: {_one_line(json.dumps(value, ensure_ascii=False), _ITEM_WIDTH)}"
+                f"  {name}: {one_line(json.dumps(value, ensure_ascii=False), _ITEM_WIDTH)}"
             )
         lines.append(f"items ({len(report.items)})")
         for item in report.items:
             text = json.dumps(item.data, ensure_ascii=False, separators=(", ", ": "))
             origin = "" if item.origin == "model" else f" [{item.origin}]"
-            lines.append(f"  {item.position + 1}. {_one_line(text, _ITEM_WIDTH)}{origin}")
+            lines.append(f"  {item.position + 1}. {one_line(text, _ITEM_WIDTH)}{origin}")
     lines.append("")
     lines.append(f"quarantined ({len(detail.quarantined)})")
     for held in detail.quarantined:
@@ -171,10 +168,10 @@ def run_detail(detail: RunDetail) -> str:
             f"  #{held.id} {where} of attempt {held.attempt_number}: {held.reason} "
             f"[{held.review_status}]"
         )
-        lines.append(f"      {_one_line(str(message), _ITEM_WIDTH)}")
+        lines.append(f"      {one_line(str(message), _ITEM_WIDTH)}")
         lines.append(
             f"      span {held.span_start}-{held.span_end}, sha256 {(held.sha256 or '-')[:12]}: "
-            f"{_one_line(held.snippet or '', _SNIPPET_WIDTH)!r}"
+            f"{one_line(held.snippet or '', _SNIPPET_WIDTH)!r}"
         )
     for delivery in detail.deliveries:
         state = delivery.status + (f": {delivery.error}" if delivery.error else "")
