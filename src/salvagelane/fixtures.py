@@ -37,11 +37,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from salvagelane.core import SalvagePolicy, canonical_finish_reason, salvage
-from salvagelane.core.finish import FinishReason
+from salvagelane.connectors.replay import read_call_meta, recorded_finish_reason
+from salvagelane.core import SalvagePolicy, salvage
 from salvagelane.core.outcome import Difference, Outcome, compare, outcome_of
 from salvagelane.errors import InputError, NotFoundError, SalvagelaneError
-from salvagelane.loading import read_raw
+from salvagelane.loading import load_json_file, read_raw
 from salvagelane.logs import MIN_SECRET_LENGTH, secret_field_name
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is only needed to capture
@@ -71,12 +71,8 @@ class FixtureMeta:
 
     @property
     def salvage_finish_reason(self) -> str:
-        """The finish reason salvage is given, derived as the replay connector does."""
-        reported = self.finish_reason
-        canonical = canonical_finish_reason(
-            reported if reported is not None else self.native_finish_reason
-        )
-        return str(canonical if canonical is not None else FinishReason.UNKNOWN)
+        """The finish reason salvage is given: the one ``run --replay`` reports."""
+        return str(recorded_finish_reason(self.finish_reason, self.native_finish_reason))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -136,7 +132,7 @@ def read_expected(directory: Path) -> Outcome | None:
     path = directory / EXPECTED_FILE
     if not path.exists():
         return None
-    document = _read_json(path)
+    document = load_json_file(path, what="fixture file", error=InputError)
     try:
         return Outcome.from_json(document)
     except ValueError as exc:
@@ -144,19 +140,11 @@ def read_expected(directory: Path) -> Outcome | None:
 
 
 def read_meta(path: Path) -> FixtureMeta:
-    document = _read_json(path)
-    if not isinstance(document, dict):
-        raise InputError(f"{path}: expected a JSON object, got {type(document).__name__}")
+    document = read_call_meta(path)
     instruction = document.get("instruction")
     if not isinstance(instruction, str) or not instruction:
         raise InputError(f"{path}: instruction: expected the id of an instruction definition")
-    for key in ("finish_reason", "native_finish_reason", "model"):
-        value = document.get(key)
-        if value is not None and not isinstance(value, str):
-            raise InputError(f"{path}: {key}: expected a string, got {type(value).__name__}")
-    usage = document.get("usage") or {}
-    if not isinstance(usage, dict):
-        raise InputError(f"{path}: usage: expected an object, got {type(usage).__name__}")
+    usage = document["usage"]
     return FixtureMeta(
         instruction=instruction,
         finish_reason=document.get("finish_reason"),
@@ -165,15 +153,6 @@ def read_meta(path: Path) -> FixtureMeta:
         usage=usage,
         source=document.get("source"),
     )
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: expected UTF-8 JSON: {exc}") from exc
 
 
 # --- writing ---------------------------------------------------------------------------------

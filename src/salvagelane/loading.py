@@ -12,20 +12,22 @@ from pathlib import Path
 from typing import Any
 
 from salvagelane.core import ItemSchema
-from salvagelane.errors import AllowListError, InputError, SchemaError
+from salvagelane.errors import AllowListError, InputError, SalvagelaneError, SchemaError
 
 
-def load_json_file(path: Path, *, what: str) -> Any:
+def load_json_file(path: Path, *, what: str, error: type[SalvagelaneError] = SchemaError) -> Any:
+    """The JSON document in ``path`` (UTF-8); ``error`` naming ``what`` and the file when it
+    cannot be read or parsed."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise SchemaError(f"{what} {path}: cannot read: {exc.strerror or exc}") from exc
+        raise error(f"{what} {path}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
-        raise SchemaError(f"{what} {path}: not UTF-8 text (byte {exc.start})") from exc
+        raise error(f"{what} {path}: not UTF-8 text (byte {exc.start})") from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SchemaError(
+        raise error(
             f"{what} {path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from exc
 

@@ -31,7 +31,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
-from salvagelane.definitions import Instruction, definition_files, load_instruction
+from salvagelane.definitions import (
+    Instruction,
+    definition_files,
+    duplicate_id_check,
+    load_instruction,
+)
 from salvagelane.errors import (
     ConfigurationError,
     DefinitionError,
@@ -139,6 +144,7 @@ def load_definitions(
     previous = previous or {}
     by_source = {instruction.source.resolve(): instruction for instruction in previous.values()}
     loaded: dict[str, Instruction] = {}
+    seen: dict[str, Path] = {}
     problems: list[str] = []
     kept: list[str] = []
     for path in definition_files(directory):
@@ -148,17 +154,16 @@ def load_definitions(
             old = by_source.get(path.resolve())
             if old is not None and old.id not in loaded:
                 loaded[old.id] = old
+                seen[old.id] = old.source
                 kept.append(old.id)
                 problems.append(f"{exc} (keeping the previous version of {old.id})")
             else:
                 problems.append(str(exc))
             continue
-        other = loaded.get(instruction.id)
-        if other is not None:
-            problems.append(
-                f"{path}: id: expected an id no other definition uses, got "
-                f"{instruction.id!r}, which {other.source} uses too (ignoring {path.name})"
-            )
+        try:
+            duplicate_id_check(instruction, seen)
+        except DefinitionError as exc:
+            problems.append(f"{exc} (ignoring {path.name})")
             continue
         loaded[instruction.id] = instruction
     return DefinitionSet(instructions=loaded, problems=tuple(problems), kept=tuple(kept))
@@ -271,10 +276,6 @@ class Service:
         self._flags.wake.set()
 
     @property
-    def definitions(self) -> Mapping[str, Instruction]:
-        return self._definitions
-
-    @property
     def in_flight(self) -> dict[str, str]:
         """Runs executing now: run id -> instruction id."""
         with self._guard:
@@ -282,7 +283,7 @@ class Service:
 
     # --- the main loop --------------------------------------------------------------------
 
-    def load(self) -> DefinitionSet:
+    def load(self) -> None:
         """Load the definitions (first start); ConfigurationError when none loads."""
         found = load_definitions(self._settings.instructions_dir)
         self._report_problems(found)
@@ -292,7 +293,6 @@ class Service:
                 "schedule (salvagelane check says what is wrong)"
             )
         self._definitions = found.instructions
-        return found
 
     def serve(self) -> None:
         """Stand by until leading, lead until stopped (or the lead is lost), repeat."""

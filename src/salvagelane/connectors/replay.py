@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from salvagelane.connectors.base import Completion, CompletionRequest
 from salvagelane.core.finish import FinishReason, canonical_finish_reason
-from salvagelane.errors import ConnectorError
+from salvagelane.errors import ConnectorError, InputError
+from salvagelane.loading import load_json_file, read_raw
 
 
 class ReplayConnector:
@@ -31,51 +31,53 @@ class ReplayConnector:
         return f"ReplayConnector({str(self.raw_path)!r})"
 
     def complete(self, request: CompletionRequest) -> Completion:
-        raw_path = self.raw_path
         meta_path = self.fixture_dir / "meta.json"
         try:
-            # Bytes, not text mode: the output is replayed exactly as recorded (no newline
-            # translation; bytes that are not UTF-8 survive, as the store keeps them).
-            text = raw_path.read_bytes().decode("utf-8", "surrogateescape")
-        except OSError as exc:
-            raise ConnectorError(f"{raw_path}: cannot read the recorded output: {exc}") from exc
-        meta: dict[str, Any] = {}
-        if meta_path.exists():
-            try:
-                loaded = json.loads(meta_path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise ConnectorError(f"{meta_path}: expected a JSON object: {exc}") from exc
-            if not isinstance(loaded, dict):
-                raise ConnectorError(
-                    f"{meta_path}: expected a JSON object, got {type(loaded).__name__}"
-                )
-            meta = loaded
-        native = _optional_str(meta, "native_finish_reason", meta_path)
-        reported = _optional_str(meta, "finish_reason", meta_path)
-        canonical = canonical_finish_reason(reported if reported is not None else native)
-        usage = meta.get("usage") or {}
-        if not isinstance(usage, dict):
-            raise ConnectorError(f"{meta_path}: usage: expected an object")
+            # Exactly as recorded: no newline translation, and bytes that are not UTF-8
+            # survive, as the store keeps them.
+            text = read_raw(self.raw_path, None)
+            meta = read_call_meta(meta_path) if meta_path.exists() else {"usage": {}}
+        except InputError as exc:
+            raise ConnectorError(f"replay: {exc}") from exc
+        native, reported = meta.get("native_finish_reason"), meta.get("finish_reason")
+        usage = meta["usage"]
         return Completion(
             text=text,
-            finish_reason=canonical if canonical is not None else FinishReason.UNKNOWN,
+            finish_reason=recorded_finish_reason(reported, native),
             native_finish_reason=native if native is not None else reported,
             usage={
                 "prompt_tokens": _optional_int(usage, "prompt_tokens"),
                 "completion_tokens": _optional_int(usage, "completion_tokens"),
             },
-            model=_optional_str(meta, "model", meta_path),
+            model=meta.get("model"),
             request_id=None,
             latency_seconds=0.0,
             http_status=None,
         )
 
 
-def _optional_str(meta: dict[str, Any], key: str, source: Path) -> str | None:
-    value = meta.get(key)
-    if value is None or isinstance(value, str):
-        return value
-    raise ConnectorError(f"{source}: {key}: expected a string, got {type(value).__name__}")
+def read_call_meta(path: Path) -> dict[str, Any]:
+    """``meta.json`` as an object whose call fields are checked: ``finish_reason``,
+    ``native_finish_reason`` and ``model`` strings or absent, ``usage`` an object or
+    absent (``run --replay`` and ``salvagelane replay`` read it alike). InputError otherwise."""
+    document = load_json_file(path, what="fixture file", error=InputError)
+    if not isinstance(document, dict):
+        raise InputError(f"{path}: expected a JSON object, got {type(document).__name__}")
+    for key in ("finish_reason", "native_finish_reason", "model"):
+        value = document.get(key)
+        if value is not None and not isinstance(value, str):
+            raise InputError(f"{path}: {key}: expected a string, got {type(value).__name__}")
+    usage = document.get("usage") or {}
+    if not isinstance(usage, dict):
+        raise InputError(f"{path}: usage: expected an object, got {type(usage).__name__}")
+    return {**document, "usage": usage}
+
+
+def recorded_finish_reason(reported: str | None, native: str | None) -> FinishReason:
+    """The canonical finish reason of a recorded call: the recorded one, else the
+    provider's native one, mapped; UNKNOWN when neither maps."""
+    canonical = canonical_finish_reason(reported if reported is not None else native)
+    return canonical if canonical is not None else FinishReason.UNKNOWN
 
 
 def _optional_int(usage: dict[str, Any], key: str) -> int | None:
