@@ -39,7 +39,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from salvagelane.connectors.replay import read_call_meta, recorded_finish_reason
 from salvagelane.core import SalvagePolicy, salvage
-from salvagelane.core.outcome import Difference, Outcome, compare, outcome_of
+from salvagelane.core.canonical import canonical_sha256
+from salvagelane.core.outcome import (
+    Difference,
+    ItemOutcome,
+    Outcome,
+    QuarantineOutcome,
+    compare,
+    outcome_of,
+)
 from salvagelane.errors import InputError, NotFoundError, SalvagelaneError
 from salvagelane.loading import load_json_file, read_raw
 from salvagelane.logs import MIN_SECRET_LENGTH, secret_field_name
@@ -435,8 +443,6 @@ def _stored_outcome(detail: RunDetail, attempt: AttemptView) -> Outcome | None:
 
     Operator-added report items are left out: the fixture records what salvage did.
     """
-    from salvagelane.core.outcome import ItemOutcome, QuarantineOutcome, canonical_sha256
-
     report = detail.report
     status = (attempt.outcome or {}).get("status")
     if report is None or report.attempt_id != attempt.id or not isinstance(status, str):

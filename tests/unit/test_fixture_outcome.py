@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from salvagelane.core import SalvagePolicy, salvage
+from salvagelane.core.canonical import canonical_sha256
 from salvagelane.core.outcome import (
     Difference,
     ItemOutcome,
     Outcome,
     QuarantineOutcome,
-    canonical_sha256,
     compare,
     outcome_of,
 )

@@ -14,25 +14,15 @@ readable.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from salvagelane.core.canonical import canonical_sha256
 from salvagelane.core.records import JSONValue, SalvageResult
 
 OUTCOME_FORMAT = 1
 """Version of the outcome's JSON form; bumped when its meaning changes."""
-
-
-def canonical_sha256(data: JSONValue) -> str:
-    """SHA-256 of ``data`` as canonical JSON: sorted keys, no whitespace, UTF-8."""
-    text = json.dumps(
-        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
-    # surrogatepass: strict parsing keeps a lone surrogate escape as it was written.
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

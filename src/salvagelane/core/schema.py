@@ -6,8 +6,6 @@ Validation errors become correction signals a retry prompt can use:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -21,6 +19,7 @@ import referencing
 import referencing.exceptions
 from referencing.jsonschema import DRAFT202012
 
+from salvagelane.core.canonical import canonical_sha256
 from salvagelane.core.records import CorrectionSignal, JSONValue
 from salvagelane.core.strict import describe, member_path
 from salvagelane.errors import SchemaError
@@ -67,8 +66,7 @@ class ItemSchema:
         validator = validator_class(
             schema, registry=registry, format_checker=validator_class.FORMAT_CHECKER
         )
-        canonical = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+        digest = canonical_sha256(schema, allow_nan=True)
         return cls(schema=schema, sha256=digest, validator=validator)
 
     def check(self, instance: JSONValue) -> CorrectionSignal | None:

@@ -5,7 +5,6 @@ Relative paths in a definition are resolved against its directory.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from salvagelane.core import ItemSchema, parse_items_path
+from salvagelane.core.canonical import canonical_sha256
 from salvagelane.definitions.context import resolve_allow_lists, resolve_context
 from salvagelane.definitions.cron import cron_problem
 from salvagelane.definitions.model import (
@@ -176,9 +176,6 @@ def _build(
 
     if problems or item_schema is None or envelope_schema is None:
         return None
-    canonical = json.dumps(
-        document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
     return Instruction(
         id=document["id"],
         description=document["description"],
@@ -229,7 +226,7 @@ def _build(
         sinks=tuple(_sink(entry, base) for entry in document.get("sinks", ())),
         source=path,
         definition=MappingProxyType(dict(document)),
-        definition_sha256=hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
+        definition_sha256=canonical_sha256(document),
     )
 
 
