@@ -250,11 +250,12 @@ class Executor:
         deadline = instruction.schedule.deadline_seconds
         run_began = self._monotonic()
 
-        def past_deadline() -> bool:
-            return deadline is not None and self._monotonic() - run_began >= deadline
-
         def time_left() -> float | None:
             return None if deadline is None else deadline - (self._monotonic() - run_began)
+
+        def past_deadline() -> bool:
+            left = time_left()
+            return left is not None and left <= 0
 
         for number in range(1, retry.attempts + 1):
             if past_deadline():

@@ -11,22 +11,45 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "daily-triage-truncated"
 
 
-def salvagelane(
-    *args: str, database: str, cwd: Path = ROOT, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
+def command(*args: str) -> list[str]:
+    """The argv of ``salvagelane ARGS`` run by this interpreter."""
+    return [sys.executable, "-m", "salvagelane", *args]
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment without the variables that would choose the database or the log
+    format for the command, unbuffered, plus ``extra``."""
     environ = {
         key: value
         for key, value in os.environ.items()
         if key not in {"SALVAGELANE_DATABASE_URL", "SALVAGELANE_LOG_FORMAT"}
     }
-    environ.update({"SALVAGELANE_DATABASE_URL": database, **(env or {})})
+    environ["PYTHONUNBUFFERED"] = "1"
+    environ.update(extra or {})
+    return environ
+
+
+def salvagelane(
+    *args: str,
+    database: str | None = None,
+    cwd: Path = ROOT,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``salvagelane ARGS`` to completion (on ``database`` when given, with ``input``
+    on stdin, e.g. a confirmation prompt's reply)."""
+    extra = dict(env or {})
+    if database is not None:
+        extra["SALVAGELANE_DATABASE_URL"] = database
     return subprocess.run(
-        [sys.executable, "-m", "salvagelane", *args],
+        command(*args),
+        input=input,
         capture_output=True,
         text=True,
         cwd=cwd,
-        env=environ,
-        timeout=120,
+        env=clean_env(extra),
+        timeout=timeout,
         check=False,
     )
 

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -32,11 +30,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from _cli import FIXTURE, ROOT, clean_env, command
+
 from salvagelane.store import Store
 from salvagelane.store.records import RunSummary
 
-ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = ROOT / "tests" / "fixtures" / "daily-triage-truncated"
 COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
 KEY_ENV = "SALVAGELANE_SERVE_TEST_KEY"
 
@@ -119,33 +117,6 @@ class Project:
 # --- the process -------------------------------------------------------------------------------
 
 
-def salvagelane_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "salvagelane", *args]
-
-
-def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    environ = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in {"SALVAGELANE_DATABASE_URL", "SALVAGELANE_LOG_FORMAT"}
-    }
-    environ["PYTHONUNBUFFERED"] = "1"
-    environ.update(extra or {})
-    return environ
-
-
-def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        salvagelane_command(*args),
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=clean_env(),
-        timeout=timeout,
-        check=False,
-    )
-
-
 class ServeProcess:
     """One ``salvagelane --log-format json serve`` process and what it has printed."""
 
@@ -157,7 +128,7 @@ class ServeProcess:
         self.started = time.monotonic()
         self.started_at = datetime.now(UTC)
         self.proc = subprocess.Popen(
-            salvagelane_command("--log-format", "json", "serve", *args),
+            command("--log-format", "json", "serve", *args),
             cwd=cwd,
             env=clean_env(env),
             stdout=subprocess.PIPE,

@@ -8,9 +8,7 @@ item schema does not allow.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,22 +31,6 @@ EIGHTH = {
         "score": 2.25,
     },
 }
-
-
-def answering(answer: str, *args: str, database: str) -> subprocess.CompletedProcess[str]:
-    """``salvagelane ARGS`` with ``answer`` on stdin (a confirmation prompt's reply)."""
-    environ = {k: v for k, v in os.environ.items() if k != "SALVAGELANE_LOG_FORMAT"}
-    environ["SALVAGELANE_DATABASE_URL"] = database
-    return subprocess.run(
-        [sys.executable, "-m", "salvagelane", *args],
-        input=answer,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=environ,
-        timeout=120,
-        check=False,
-    )
 
 
 def run_fixture(database: str, fixture: Path = FIXTURE) -> str:
@@ -278,9 +260,9 @@ def test_reject_note_and_bulk_reject(database_url: str, schema_fixture: Path) ->
     no_note = salvagelane("quarantine", "reject", str(truncated[0]["id"]), database=database)
     assert no_note.returncode == 2
 
-    declined = answering(
-        "n\n", "quarantine", "list", "--reason", "truncated", "--reject-all", "--note", "noise",
-        database=database,
+    declined = salvagelane(
+        "quarantine", "list", "--reason", "truncated", "--reject-all", "--note", "noise",
+        database=database, input="n\n",
     )  # fmt: skip
     assert declined.returncode == 130
     assert "reject 1 pending quarantined item(s) (reason truncated)?" in declined.stderr

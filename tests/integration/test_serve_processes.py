@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from _cli import salvagelane
 from _serve_process import (
     GOOD_REPORT,
     HANG,
@@ -29,7 +30,6 @@ from _serve_process import (
     all_runs,
     chat,
     openai_connector,
-    run_cli,
     wait_for_runs,
 )
 
@@ -395,7 +395,7 @@ def test_a_run_of_a_killed_node_is_interrupted_and_retried_on_restart(
         interrupted = store.get_run(running.id)
     assert "no heartbeat" in (interrupted.error or "")
     assert [a.raw_output for a in interrupted.attempts][:1] == [NOTHING]
-    shown = run_cli("runs", "show", running.id, "--raw", "1", "--database", project.database_url)
+    shown = salvagelane("runs", "show", running.id, "--raw", "1", database=project.database_url)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout == NOTHING
     assert_one_row_per_fire(list(by_id.values()))
