@@ -494,3 +494,20 @@ def test_serve_with_the_bundled_definitions_in_the_repository(
     assert serve.stop(signal.SIGINT, timeout=10) == 0, serve.describe()
     assert time.monotonic() - sent < 5
     assert serve.stdout_lines[-1] == "stopped"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--stale-after", "5"), "serve: stale-after (5 s) must be at least twice the heartbeat"),
+        (("--instructions", "no-such-dir"), "no-such-dir: no such directory"),
+    ],
+)
+def test_serve_refuses_unusable_options_before_creating_a_database(
+    tmp_path: Path, args: tuple[str, ...], expected: str
+) -> None:
+    database = tmp_path / "never.db"
+    proc = salvagelane("serve", *args, database=f"sqlite:///{database}", cwd=ROOT, timeout=30)
+    assert proc.returncode == 2
+    assert expected in proc.stderr
+    assert not database.exists()

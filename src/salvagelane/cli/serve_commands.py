@@ -88,6 +88,7 @@ def serve_command(
 
     from salvagelane import environment
     from salvagelane.connectors import build_connector
+    from salvagelane.definitions import definition_files
     from salvagelane.service import ServeSettings, Service
     from salvagelane.sinks import build_sinks
     from salvagelane.store import PostgresLeaderLock, Store, leader_lock_for
@@ -103,6 +104,10 @@ def serve_command(
         stale_after_seconds=stale_after_seconds,
         max_workers=max_workers,
     )
+    # Usage errors before the database is opened (and, for a new SQLite file, created).
+    if problem := settings.problem():
+        raise click.UsageError(f"serve: {problem}")
+    definition_files(instructions_dir)  # ConfigurationError when the directory is missing
 
     def announce(line: str) -> None:
         click.echo(line)
