@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import shutil
+import subprocess
 from pathlib import Path
 
-from _cli import FIXTURE, ROOT, salvagelane
+from _cli import FIXTURE, ROOT, clean_env, command, salvagelane
+
+from salvagelane.cli.fixture_commands import PROGRESS_THRESHOLD
 
 SECRET = "sk-or-v1-fixture-capture-must-never-write-this"
 
@@ -191,3 +195,103 @@ def test_replay_without_expected_outcome_hints_at_update(tmp_path: Path) -> None
     none = salvagelane("replay", str(empty), database=unused)
     assert none.returncode == 2
     assert "no fixtures" in none.stderr
+
+
+def test_capture_keeps_crlf_and_bytes_that_are_not_utf8(database_url: str, tmp_path: Path) -> None:
+    """A provider's CRLF line ends and a stray non-UTF-8 byte reach the fixture byte for
+    byte, and replaying it reproduces the run (the item holding the byte quarantined)."""
+    received = tmp_path / "received"
+    received.mkdir()
+    raw = (FIXTURE / "raw.txt").read_bytes().replace(b"\n", b"\r\n")
+    marker = b"auth-token-rotation"
+    assert raw.count(marker) == 1
+    raw = raw.replace(marker, b"auth-token-\xff\xferotation")
+    (received / "raw.txt").write_bytes(raw)
+    shutil.copy(FIXTURE / "meta.json", received / "meta.json")
+    upgraded = salvagelane("db", "upgrade", database=database_url)
+    assert upgraded.returncode == 0, upgraded.stderr
+    run = salvagelane(
+        "run", "daily-triage", "--replay", str(received), "--json", database=database_url
+    )
+    assert run.returncode == 0, run.stderr
+    run_id = json.loads(run.stdout)["run_id"]
+    fixture = tmp_path / "captured"
+
+    captured = salvagelane(
+        "fixture", "capture", run_id, "--to", str(fixture), database=database_url
+    )
+
+    assert captured.returncode == 0, captured.stderr
+    assert (fixture / "raw.txt").read_bytes() == raw
+    expected = json.loads((fixture / "expected.json").read_text(encoding="utf-8"))
+    assert [item["index"] for item in expected["items"]] == [0, 2, 3, 4, 5, 6]
+    assert [(q["index"], q["reason"]) for q in expected["quarantined"]] == [
+        (1, "malformed"),  # the strict decoder refuses the lone surrogate the byte became
+        (7, "truncated"),
+    ]
+    same = salvagelane("replay", str(fixture), "--json", database=database_url)
+    assert same.returncode == 0, same.stdout + same.stderr
+    (report,) = json.loads(same.stdout)["fixtures"]
+    assert (report["verdict"], report["differences"]) == ("same", [])
+
+
+def replay_at_a_terminal(*paths: Path) -> tuple[subprocess.CompletedProcess[str], str]:
+    """``salvagelane replay PATHS`` with stderr on a pseudo-terminal (as at a shell) and
+    stdout on a pipe; returns the process and what reached the terminal."""
+    controller, terminal = pty.openpty()
+    try:
+        proc = subprocess.run(
+            command("replay", *map(str, paths)),
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            text=True,
+            cwd=ROOT,
+            env=clean_env(),
+            timeout=120,
+            check=False,
+        )
+        os.close(terminal)
+        terminal = -1
+        shown = bytearray()
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: the terminal's other end is closed and drained
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        if terminal != -1:
+            os.close(terminal)
+        os.close(controller)
+    return proc, shown.decode("utf-8", "replace")
+
+
+def fixture_copies(tmp_path: Path, count: int) -> Path:
+    suite = tmp_path / f"suite-{count}"
+    for number in range(count):
+        shutil.copytree(FIXTURE, suite / f"copy-{number:02d}")
+    return suite
+
+
+def test_replay_shows_progress_at_a_terminal_only_for_many_fixtures(tmp_path: Path) -> None:
+    many = fixture_copies(tmp_path, PROGRESS_THRESHOLD + 1)
+    few = fixture_copies(tmp_path, PROGRESS_THRESHOLD)
+
+    shown_many, terminal = replay_at_a_terminal(many)
+    assert shown_many.returncode == 0, shown_many.stdout + terminal
+    assert "replaying" in terminal
+    assert "100%" in terminal
+    # The table is unchanged on stdout; the bar never mixes into it.
+    count = PROGRESS_THRESHOLD + 1
+    assert shown_many.stdout.splitlines()[-1] == f"{count} fixture(s): {count} same"
+    assert "replaying" not in shown_many.stdout
+
+    shown_few, terminal = replay_at_a_terminal(few)
+    assert shown_few.returncode == 0
+    assert "replaying" not in terminal
+    piped = salvagelane("replay", str(many))
+    assert piped.returncode == 0
+    assert "replaying" not in piped.stderr
+    assert piped.stdout == shown_many.stdout

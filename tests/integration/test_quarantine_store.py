@@ -6,11 +6,17 @@ reasons, times and review states are exactly what each test needs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from salvagelane.errors import NotFoundError, ReviewStateError
 from salvagelane.store import (
@@ -375,3 +381,121 @@ def test_a_note_keeps_the_status_and_is_audited(store: Store) -> None:
     )
     with pytest.raises(ValueError, match="empty note"):
         store.quarantine.note_quarantined(quarantine_id, actor="carol", note=" ", now=T0)
+
+
+@contextmanager
+def writers_held(url: str, run_id: str) -> Iterator[Callable[[int], None]]:
+    """Hold back every approval of ``run_id``'s report until the block ends.
+
+    Yields ``wait_for(n)``, which returns once ``n`` approvals are waiting. On PostgreSQL
+    the report row is locked ``FOR UPDATE`` and waiting means blocked on a lock (seen in
+    pg_stat_activity), so the approvals meet exactly at the store's row locks; on SQLite
+    the write lock is held (``BEGIN IMMEDIATE``), which is what serialises writers there.
+    """
+    if url.startswith("sqlite"):
+        holder = sqlite3.connect(sa.make_url(url).database, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            # No lock table to read: give the threads time to call in and find the write
+            # lock taken (their busy timeout is seconds, this wait is not).
+            yield lambda count: time.sleep(0.3)
+            holder.rollback()
+        finally:
+            holder.close()
+        return
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as holder, engine.connect() as watcher:
+            holder.execute(
+                sa.text("SELECT id FROM reports WHERE run_id = :run FOR UPDATE"), {"run": run_id}
+            )
+            watcher.commit()
+
+            def wait_for(count: int) -> None:
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    waiting = watcher.scalar(
+                        sa.text(
+                            "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                            "current_database() AND wait_event_type = 'Lock'"
+                        )
+                    )
+                    # Activity is read once per transaction: end it to see the next state.
+                    watcher.rollback()
+                    if waiting == count:
+                        return
+                    time.sleep(0.02)
+                raise AssertionError(f"{count} approvals never waited on the report's lock")
+
+            yield wait_for
+            holder.rollback()
+    finally:
+        engine.dispose()
+
+
+def approve_concurrently(
+    store: Store, database_url: str, run_id: str, quarantine_ids: Sequence[int]
+) -> list[BaseException | None]:
+    """Approve each id from its own thread, all checked against the report's one item;
+    returns what each approval raised (None if it went through)."""
+    outcomes: list[BaseException | None] = [None] * len(quarantine_ids)
+
+    def approve(slot: int, quarantine_id: int) -> None:
+        try:
+            store.quarantine.approve_quarantined(
+                quarantine_id,
+                item=operator_item({"a": slot}),
+                expected_items=1,
+                actor=f"operator-{slot}",
+                note=None,
+                now=T0,
+            )
+        except BaseException as exc:  # handed to the test to assert on
+            outcomes[slot] = exc
+
+    with writers_held(database_url, run_id) as wait_for:
+        threads = [
+            threading.Thread(target=approve, args=(slot, quarantine_id))
+            for slot, quarantine_id in enumerate(quarantine_ids)
+        ]
+        for thread in threads:
+            thread.start()
+        wait_for(len(threads))
+    for thread in threads:
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+    return outcomes
+
+
+@pytest.mark.parametrize("same_item", [False, True], ids=["two-items", "one-item-twice"])
+def test_concurrent_approvals_of_one_report_let_exactly_one_through(
+    store: Store, database_url: str, same_item: bool
+) -> None:
+    run_id, _ = seed_run(store, reasons=("schema", "allow_list"))
+    ids = ids_of(store, run_id)
+    targets = [ids["schema"], ids["schema"] if same_item else ids["allow_list"]]
+
+    outcomes = approve_concurrently(store, database_url, run_id, targets)
+
+    passed = [slot for slot, raised in enumerate(outcomes) if raised is None]
+    refused = [raised for raised in outcomes if raised is not None]
+    assert len(passed) == 1, outcomes
+    (error,) = refused
+    assert isinstance(error, ReviewStateError)
+    expected = "it is approved" if same_item else r"holds 2 items.* against 1"
+    assert re.search(expected, str(error)), error
+    # The report holds the winner's item once, and its counts agree with its items.
+    payload = store.get_report_payload(run_id)
+    assert payload["items"] == [{"a": 1}, {"a": passed[0]}]
+    assert payload["counts"]["accepted"] == 2
+    assert payload["counts"]["operator_approved"] == 1
+    statuses = {q.id: q.review_status for q in store.get_run(run_id).quarantined}
+    assert statuses[targets[passed[0]]] == "approved"
+    if not same_item:
+        assert statuses[targets[1 - passed[0]]] == "pending"
+    audits = [
+        review.action
+        for quarantine_id in set(targets)
+        for review in store.quarantine.get_quarantine(quarantine_id).reviews
+    ]
+    assert audits == ["approve"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import click
@@ -32,6 +32,20 @@ PROGRESS_THRESHOLD = 5
 """More fixtures than this get a progress bar (at a terminal): fewer finish at once."""
 
 
+def destination_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--to DIR`` and ``--force``: where a command writes a fixture."""
+    command = click.option(
+        "--force", is_flag=True, help="Overwrite the fixture files of a non-empty DIR."
+    )(command)
+    return click.option(
+        "--to",
+        "to",
+        required=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Directory to write the fixture into (created; must be empty unless --force).",
+    )(command)
+
+
 def replayer_for(instructions_dir: Path) -> Replayer:
     """The replayer ``salvagelane replay`` uses: definitions looked up in ``instructions_dir``."""
     return Replayer(lambda instruction_id: find_instruction(instruction_id, instructions_dir))
@@ -51,14 +65,7 @@ def fixture_group() -> None:
     help="Capture attempt N. Default: the attempt the run's report came from, "
     "else the last one with raw output.",
 )
-@click.option(
-    "--to",
-    "to",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Directory to write the fixture into (created; must be empty unless --force).",
-)
-@click.option("--force", is_flag=True, help="Overwrite the fixture files of a non-empty DIR.")
+@destination_options
 @database_option
 def capture_command(
     run_id: str, attempt: int | None, to: Path, force: bool, database: str | None

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from salvagelane.cli.app import EXIT_INVALID, cli
+from salvagelane.cli.fixture_commands import destination_options, echo_captured
 from salvagelane.cli.render import one_line, to_json, when
 from salvagelane.cli.run_commands import (
     database_option,
@@ -28,6 +29,7 @@ from salvagelane.cli.run_commands import (
     open_store,
     parse_fire_time,
 )
+from salvagelane.fixtures import capture_run
 from salvagelane.store.review import REVIEW_STATUSES
 from salvagelane.tables import aligned
 
@@ -213,14 +215,7 @@ def quarantine_show_command(quarantine_id: int, database: str | None, as_json: b
 
 @quarantine_group.command("export")
 @click.argument("quarantine_id", metavar="ID", type=int)
-@click.option(
-    "--to",
-    "to",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Directory to write the fixture into (created; must be empty unless --force).",
-)
-@click.option("--force", is_flag=True, help="Overwrite the fixture files of a non-empty DIR.")
+@destination_options
 @database_option
 def quarantine_export_command(
     quarantine_id: int, to: Path, force: bool, database: str | None
@@ -228,9 +223,6 @@ def quarantine_export_command(
     """Write a regression fixture of the model output quarantined item ID came from (its
     run and attempt), as `salvagelane fixture capture` does. Replay it with
     `salvagelane replay DIR`."""
-    from salvagelane.cli.fixture_commands import echo_captured
-    from salvagelane.fixtures import capture_run
-
     with open_store(database) as store:
         held = store.quarantine.get_quarantine(quarantine_id)
         captured = capture_run(store, held.run_id, held.attempt_number, to, force=force)
