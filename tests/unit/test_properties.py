@@ -678,6 +678,50 @@ def test_corruption_inside_one_item_costs_at_most_that_item(
     _check_corruption_is_local(report, k, corruption)
 
 
+def _check_nothing_lost(report: Report, k: int, corruption: Corruption) -> None:
+    span_k = report.spans[k]
+    raw, delta = corruption.apply(report.text, span_k)
+    result = salvage(raw, report.policy())
+    accepted = {item.span: item.data for item in result.items}
+    covered = [item.span for item in result.items] + [q.span for q in result.quarantined]
+    # ADR 0002's first limit: with the first item's opening key damaged no signature is
+    # learned, and on one line a later item may be split between a quarantined remnant
+    # and text the scan reads as envelope. Then each later item's opening `{"id":` at
+    # least must be in quarantine, so the operator sees that it was there.
+    first_key_damaged = k == 0 and corruption.position(span_k) <= raw.find(":", span_k.start)
+    for j, (item, span) in enumerate(zip(report.items, report.spans, strict=True)):
+        if j == k:
+            continue
+        if span.start > span_k.start:
+            span = Span(start=span.start + delta, end=span.end + delta)
+        if accepted.get(span) == item:
+            continue
+        end = raw.index(":", span.start) + 1 if first_key_damaged else span.end
+        # Content, not layout: a bracket or comma left between candidates (a stray `}`
+        # the scan stepped over) carries nothing an operator would miss.
+        unseen = [
+            pos
+            for pos in range(span.start, end)
+            if not raw[pos].isspace()
+            and raw[pos] not in "{}[],"
+            and not any(c.start <= pos < c.end for c in covered)
+        ]
+        assert not unseen, (
+            f"item {j} is neither accepted nor inside an accepted or quarantined span "
+            f"(offsets {unseen[:5]}...) after a corruption of item {k}: {raw!r}"
+        )
+
+
+@SLOW
+@given(report=reports(min_items=2), k=st.sampled_from(range(16)), corruption=corruptions)
+def test_a_corruption_never_loses_another_item_silently(
+    report: Report, k: int, corruption: Corruption
+) -> None:
+    """Principle 3, for every corruption, the documented limits included: each other
+    item is accepted unchanged, or its content is in accepted or quarantined spans."""
+    _check_nothing_lost(report, k % len(report.items), corruption)
+
+
 _INERT_CHARS = ['"', "\\", ",", ":", " ", "\n", "x", "0", "\x00", "\ud800", "\u00e9"]
 
 _PRETTY_TWO = render_report(

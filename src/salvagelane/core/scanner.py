@@ -24,7 +24,7 @@ import enum
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from salvagelane.core import lexis
@@ -116,6 +116,9 @@ def bracket_extent(text: str, start: int) -> tuple[int, Closure, int]:
 
 _ROOT_OBJECT = re.compile(r"\{[ \t\n\r]*+(?:[\"}]|\Z)")
 _ROOT_ARRAY = re.compile(r"\[[ \t\n\r]*+[{\]]")
+# `{` and a member name: what an item looks like, as opposed to braces in prose.
+_OBJECT_WITH_MEMBER = re.compile(r'\{[ \t\n\r]*+"(?:[^"\\\n]|\\.)*+"[ \t\n\r]*+:')
+_ROOT_ARRAY_LINE = re.compile(r"^[ \t]*+(\[)[ \t]*+\r?$", re.MULTILINE)
 _STRING, _CUT, _DEAD = "string", "cut", "dead"
 _VALUE_START = frozenset('{["-0123456789tfn')
 _COMMA_SEPARATOR = re.compile(r"[ \t\n\r]*+,(?![ \t\n\r]*+[,\]])")
@@ -160,6 +163,7 @@ class _Scanner:
         self._dead = (-1, -1)
         self._strict_dead = (-1, -1)
         self._items_indent: int | None = None  # indentation of laid-out items, once seen
+        self._array_is_document = False  # the items array is the whole document
 
     # ----------------------------------------------------------------- driver
 
@@ -169,6 +173,7 @@ class _Scanner:
         if not self.path:
             start = self._find_root_array()
             if start is not None:
+                self._array_is_document = start == lexis.skip_ws(self.text, 0)
                 end = self._scan_container(start)
                 root = Span(start=start, end=end)
         else:
@@ -185,13 +190,19 @@ class _Scanner:
                 pos = max(end, match.start() + 1)
         if root is not None:
             self._note_surroundings(root)
-            self._scan_items_after(root.end)
+            end = self._scan_items_after(root.end)
+            self._hold_objects_outside(0, root.start, "before")
+            self._hold_objects_outside(end, self.n, "after")
+        # Text outside the report is looked at last; candidates are numbered in text order.
+        candidates = sorted(self.candidates, key=lambda c: c.span.start)
         return ScanResult(
             items_path=self.path,
             root=root,
             container=self.container,
             container_closed=self.container_closed,
-            candidates=tuple(self.candidates),
+            candidates=tuple(
+                c if c.index == i else replace(c, index=i) for i, c in enumerate(candidates)
+            ),
             envelope=tuple(envelope),
             truncated=self.truncated,
             anomalies=tuple(self.anomalies),
@@ -202,6 +213,11 @@ class _Scanner:
         first = lexis.skip_ws(self.text, 0)
         if first < self.n and self.text[first] == "[":
             return first  # the document itself is an array
+        # A line holding just `[` opens a laid-out array (after a fence or prose) even when
+        # its first item is too damaged to start with `{`.
+        line = _ROOT_ARRAY_LINE.search(self.text)
+        if line is not None:
+            return line.start(1)
         match = _ROOT_ARRAY.search(self.text)
         if match is not None:
             return match.start()
@@ -215,6 +231,31 @@ class _Scanner:
             self.anomalies.append(
                 Anomaly(kind="trailing_text", span=Span(start=root.end, end=self.n))
             )
+
+    def _hold_objects_outside(self, start: int, end: int, where: str) -> None:
+        """Text outside the report that holds an object with members is quarantined whole.
+
+        Prose around a report is noted and dropped, but an object there may be an item
+        that damage put outside the list (a first item too broken to teach the scanner
+        its signature): an operator must see it.
+        """
+        if self.container is None:
+            return
+        found = _OBJECT_WITH_MEMBER.search(self.text, start, end)
+        if found is None:
+            return
+        first = lexis.skip_ws(self.text, start)
+        self._add_candidate(
+            first,
+            _Value(
+                end=_trim_end(self.text, first, end),
+                resume=end,
+                closure=Closure.BROKEN,
+                depth=0,
+                defect=f"text {where} the report holding an object",
+            ),
+            stray=True,
+        )
 
     # ------------------------------------------------------ envelope objects
 
@@ -335,44 +376,71 @@ class _Scanner:
             )
 
     def _resync_member(self, level: _Level, pos: int) -> int:
-        """After damage between members, resume at the next ``"key":``; -1: none left."""
-        found = self._next_member(pos)
-        self._anomaly("skipped_text", pos, self.n if found < 0 else found)
-        level.expect = _EXPECT_KEY
-        return found
+        """After damage between members, resume at the next ``"key":``; -1: none left.
+
+        Once the list has ended, an item signature before that member means damage
+        closed the list early (a stray ``]``): the items there are scanned as the
+        list's continuation, so they are salvaged or quarantined, never skipped.
+        """
+        while True:
+            found = self._next_member(pos)
+            resume = self.n if found < 0 else found
+            container = self.container
+            if container is not None and pos >= container.end:
+                anchor = self._anchor_at_or_after(pos)
+                if _OBJECT_WITH_MEMBER.match(self.text, pos):
+                    # An object where a member should be is no envelope: an item. If the
+                    # first item was too damaged to teach the signature, this one does.
+                    self._learn_signature(pos, including=True)
+                    anchor = pos
+                if anchor < resume:
+                    pos = self._continue_items(pos, anchor)
+                    if self.truncated:
+                        return self.n
+                    continue
+            self._anomaly("skipped_text", pos, resume)
+            level.expect = _EXPECT_KEY
+            return found
 
     # ------------------------------------------------------- items container
 
-    def _scan_items_after(self, pos: int) -> None:
+    def _scan_items_after(self, pos: int) -> int:
         """Items whose signature appears after the report ended: damage closed it early.
 
         Scanned as a continuation of the list, so an intact item is never lost
-        as trailing text; the anomaly says where this happened.
+        as trailing text; the anomaly says where this happened. Returns where the
+        scan stopped.
         """
-        container = self.container
-        while container is not None and not self.truncated:
+        while self.container is not None and not self.truncated:
             self.steps += 1
             anchor = self._anchor_at_or_after(pos)
             if anchor >= self.n:
-                return
-            self._anomaly("items_after_report", pos, anchor)
-            if self.text[pos:anchor].strip(" \t\r\n,]}"):
-                # Remnants of whatever closed the report early: shown, not dropped.
-                self._add_candidate(
-                    pos,
-                    _Value(
-                        end=_trim_end(self.text, pos, anchor),
-                        resume=anchor,
-                        closure=Closure.BROKEN,
-                        depth=0,
-                        defect="text after the report closed early",
-                    ),
-                    stray=True,
-                )
-            end = self._scan_items(anchor, container.start, expect_item=True)
+                break
+            end = self._continue_items(pos, anchor)
             if end <= anchor:
-                return
+                break
             pos = end
+        return self.n if self.truncated else pos
+
+    def _continue_items(self, pos: int, anchor: int) -> int:
+        """Scan on from the item signature at ``anchor`` as part of the list, which
+        damage at ``pos`` closed early; return where scanning goes on."""
+        assert self.container is not None
+        self._anomaly("items_after_report", pos, anchor)
+        if self.text[pos:anchor].strip(" \t\r\n,]}"):
+            # Remnants of whatever closed the list early: shown, not dropped.
+            self._add_candidate(
+                pos,
+                _Value(
+                    end=_trim_end(self.text, pos, anchor),
+                    resume=anchor,
+                    closure=Closure.BROKEN,
+                    depth=0,
+                    defect="text after the list closed early",
+                ),
+                stray=True,
+            )
+        return self._scan_items(anchor, self.container.start, expect_item=True)
 
     def _scan_container(self, start: int) -> int:
         """Scan the items array opening at ``start``; return where scanning goes on."""
@@ -410,8 +478,9 @@ class _Scanner:
                 # Stray unless the list visibly ends here: items still follow, or a
                 # separator or another item comes next.
                 if (
-                    self._next_char(pos + 1) in (",", "{", "]")
-                    or self._anchor_at_or_after(pos) <= self.n
+                    self._array_is_document  # no enclosing object for it to close
+                    or self._next_char(pos + 1) in (",", "{", "]")
+                    or self._item_ahead(pos + 1)
                 ):
                     self._anomaly("stray_brace", pos, pos + 1)
                     pos += 1
@@ -420,12 +489,7 @@ class _Scanner:
                 self._anomaly("unclosed_items", pos, pos)
                 self.container = Span(start=start, end=pos)
                 return pos
-            if (
-                char == '"'
-                and self.path
-                and self._is_member(pos)
-                and self._anchor_at_or_after(pos) > self.n
-            ):
+            if char == '"' and self.path and self._is_member(pos) and not self._item_ahead(pos):
                 # A member of the enclosing object, and no item after it: the model
                 # never closed the list. (With items after it, it is damage inside the
                 # list, such as an item that lost its opening brace: stray text.)
@@ -609,7 +673,9 @@ class _Scanner:
 
     # ------------------------------------------------------ item signatures
 
-    def _learn_signature(self, pos: int) -> None:
+    def _learn_signature(self, pos: int, *, including: bool = False) -> None:
+        """Learn the signature from the object opening at ``pos``: later objects opening
+        with its first key (this one too if ``including``) are item starts."""
         if self._anchor_iter is not None:
             return
         quote = lexis.skip_ws(self.text, pos + 1)
@@ -618,8 +684,26 @@ class _Scanner:
         end = self._strict_string(quote)
         if end < 0 or self._next_char(end) != ":":
             return
-        self._anchor_iter = lexis.item_anchor(self.text[quote:end]).finditer(self.text, pos + 1)
+        first = pos if including else pos + 1
+        self._anchor_iter = lexis.item_anchor(self.text[quote:end]).finditer(self.text, first)
         self._anchor = -1
+
+    def _item_ahead(self, pos: int) -> bool:
+        """Does an item signature follow ``pos``?
+
+        With no signature learned yet (the first item was damaged), a member ``"key":``
+        at ``pos`` is tried: a later object opening with that key means this item lost
+        its opening brace, and that key is the signature.
+        """
+        if self._anchor_iter is None:
+            quote = lexis.skip_ws(self.text, pos)
+            end = self._strict_string(quote) if self._next_char(pos) == '"' else -1
+            if end >= 0 and self._next_char(end) == ":":
+                pattern = lexis.item_anchor(self.text[quote:end])
+                if pattern.search(self.text, end) is not None:
+                    self._anchor_iter = pattern.finditer(self.text, end)
+                    self._anchor = -1
+        return self._anchor_at_or_after(pos) <= self.n
 
     def _anchor_at_or_after(self, pos: int) -> int:
         while self._anchor < pos:
