@@ -245,17 +245,7 @@ class _Scanner:
         if found is None:
             return
         first = lexis.skip_ws(self.text, start)
-        self._add_candidate(
-            first,
-            _Value(
-                end=_trim_end(self.text, first, end),
-                resume=end,
-                closure=Closure.BROKEN,
-                depth=0,
-                defect=f"text {where} the report holding an object",
-            ),
-            stray=True,
-        )
+        self._add_stray(first, end, f"text {where} the report holding an object")
 
     # ------------------------------------------------------ envelope objects
 
@@ -429,17 +419,7 @@ class _Scanner:
         self._anomaly("items_after_report", pos, anchor)
         if self.text[pos:anchor].strip(" \t\r\n,]}"):
             # Remnants of whatever closed the list early: shown, not dropped.
-            self._add_candidate(
-                pos,
-                _Value(
-                    end=_trim_end(self.text, pos, anchor),
-                    resume=anchor,
-                    closure=Closure.BROKEN,
-                    depth=0,
-                    defect="text after the list closed early",
-                ),
-                stray=True,
-            )
+            self._add_stray(pos, anchor, "text after the list closed early")
         return self._scan_items(anchor, self.container.start, expect_item=True)
 
     def _scan_container(self, start: int) -> int:
@@ -520,18 +500,19 @@ class _Scanner:
                         expect_item = True
             else:
                 end = self._stray_end(pos)
-                self._add_candidate(
-                    pos,
-                    _Value(
-                        end=_trim_end(text, pos, end),
-                        resume=end,
-                        closure=Closure.BROKEN,
-                        depth=0,
-                        defect="text between items that is not a JSON value",
-                    ),
-                    stray=True,
-                )
+                self._add_stray(pos, end, "text between items that is not a JSON value")
                 pos = end
+
+    def _add_stray(self, start: int, end: int, defect: str) -> None:
+        """Text that is not an item, kept as a candidate so that it is quarantined."""
+        value = _Value(
+            end=_trim_end(self.text, start, end),
+            resume=end,
+            closure=Closure.BROKEN,
+            depth=0,
+            defect=defect,
+        )
+        self._add_candidate(start, value, stray=True)
 
     def _add_candidate(self, start: int, value: _Value, *, stray: bool = False) -> None:
         self.candidates.append(
