@@ -87,6 +87,11 @@ class StoreError(SalvagelaneError):
     """
 
 
+class OutdatedDatabaseError(StoreError):
+    """The database's schema is not the one this salvagelane needs: the operator runs
+    ``salvagelane db upgrade`` (the CLI exits 2, as for anything the user must fix)."""
+
+
 class NotFoundError(SalvagelaneError):
     """A run, attempt or quarantined item id that the database does not hold."""
 

@@ -117,7 +117,7 @@ def test_a_postgres_database_behind_head_is_refused_until_upgraded(
     postgres_database.reset()
     database_url = postgres_database.url
     refused = salvagelane("runs", "list", database=database_url)
-    assert refused.returncode == 1
+    assert refused.returncode == 2  # the operator must act: upgrade
     assert "salvagelane db upgrade" in refused.stderr
     upgrade = salvagelane("db", "upgrade", database=database_url)
     assert upgrade.returncode == 0

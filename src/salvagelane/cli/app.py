@@ -8,7 +8,13 @@ from typing import NoReturn
 import click
 
 from salvagelane import __version__
-from salvagelane.errors import ConfigurationError, InputError, NotFoundError, SalvagelaneError
+from salvagelane.errors import (
+    ConfigurationError,
+    InputError,
+    NotFoundError,
+    OutdatedDatabaseError,
+    SalvagelaneError,
+)
 
 EXIT_OK = 0
 EXIT_INVALID = 1  # a definition is invalid, a run failed, a delivery failed
@@ -56,7 +62,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         _fail("aborted", 130)
     except click.ClickException as exc:
         _fail(exc.format_message().replace("\n", " "), EXIT_USAGE)
-    except (ConfigurationError, InputError, NotFoundError) as exc:
+    except (ConfigurationError, InputError, NotFoundError, OutdatedDatabaseError) as exc:
         _fail(str(exc), EXIT_USAGE)
     except SalvagelaneError as exc:
         _fail(str(exc), EXIT_INVALID)

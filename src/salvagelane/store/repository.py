@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from salvagelane.errors import DuplicateFireError, NotFoundError, StoreError
+from salvagelane.errors import DuplicateFireError, NotFoundError, OutdatedDatabaseError, StoreError
 from salvagelane.store.engine import (
     database_url,
     head_revision,
@@ -133,7 +133,7 @@ class Store:
                 upgrade_connection(connection)
                 return
         if current != head:
-            raise StoreError(
+            raise OutdatedDatabaseError(
                 f"{self.url}: the database schema is at revision {current or '(none)'}, "
                 f"this salvagelane needs {head}: run `salvagelane db upgrade`"
             )
