@@ -344,12 +344,13 @@ class Service:
         self._scheduler = scheduler
         lost = False
         try:
+            started = self._clock()
             scheduler.start()
             # After start(): the scheduler owns fires from now on, catch-up the ones up to
             # now; one at the boundary is claimed by whichever comes first.
             now = self._clock()
             self._submit(self.recover(now))
-            self._submit(self.catch_up(now))
+            self._submit(self.catch_up(now, scheduler_since=started))
             self._announce(
                 f"leader: scheduling {len(self._definitions)} instruction(s); next fires:\n"
                 + render_schedule_table(schedule_table(self._definitions.values(), now))
@@ -457,9 +458,14 @@ class Service:
             )
         return retries
 
-    def catch_up(self, now: datetime) -> list[Fire]:
+    def catch_up(self, now: datetime, *, scheduler_since: datetime | None = None) -> list[Fire]:
         """Record each instruction's unrun fires up to ``now`` as missed, but the newest
-        when it is within grace: that one is returned, to run once as a catch-up."""
+        when it is within grace: that one is returned, to run once as a catch-up.
+
+        ``scheduler_since``: when the running scheduler started. A fire it claimed since
+        then says nothing about the gap before it, so the gap is measured from the last
+        fire recorded earlier (a fire claimed by both is run once: claims are unique).
+        """
         fires: list[Fire] = []
         for instruction in self._definitions.values():
             schedule = instruction.schedule
@@ -468,7 +474,9 @@ class Service:
             )
             plan = plan_catch_up(
                 schedule,
-                last_recorded=self._store.last_scheduled_for(instruction.id),
+                last_recorded=self._store.last_scheduled_for(
+                    instruction.id, before=scheduler_since
+                ),
                 now=now,
                 grace_seconds=schedule.misfire_grace_seconds,
                 since=max(since, now - self._settings.look_back),

@@ -27,9 +27,9 @@ FIXTURE = ROOT / "tests" / "fixtures" / "daily-triage-truncated"
 MONDAY = datetime(2031, 3, 3, tzinfo=UTC)
 
 
-def at(day: int, hour: int, minute: int = 0) -> datetime:
+def at(day: int, hour: int, minute: int = 0, second: int = 0) -> datetime:
     """A moment in the week of MONDAY (day 0)."""
-    return MONDAY + timedelta(days=day, hours=hour, minutes=minute)
+    return MONDAY + timedelta(days=day, hours=hour, minutes=minute, seconds=second)
 
 
 @pytest.fixture
@@ -169,6 +169,34 @@ def test_fires_after_the_last_recorded_one_only(project: Path, store: Store) -> 
 
     assert [fire.scheduled_for for fire in fires] == [at(1, 5, 20)]
     assert rows(store) == [("schedule", at(0, 5, 20), "partial", 1)]
+
+
+def test_a_fire_the_new_scheduler_claimed_first_hides_no_gap(project: Path, store: Store) -> None:
+    """Found in CI under load: the scheduler, started before the catch-up, claimed its
+    first fire before the catch-up read the last recorded one; the gap before it was
+    neither run nor recorded missed."""
+    edit(project, 'cron: "20 5 * * *"', 'cron: "*/10 * * * *"')
+    service = make_service(project, store)
+    service.catch_up(at(0, 4))
+    service.fire("daily-triage", at(0, 4, 10))  # the last fire before the node went down
+    started = at(0, 4, 49, 59)  # back up; its scheduler fires 04:50 at once
+    service.fire("daily-triage", at(0, 4, 50))
+
+    fires = service.catch_up(at(0, 4, 50, 1), scheduler_since=started)
+
+    assert rows(store) == [
+        ("schedule", at(0, 4, 10), "partial", 1),
+        ("schedule", at(0, 4, 20), "missed", 1),
+        ("schedule", at(0, 4, 30), "missed", 1),
+        ("schedule", at(0, 4, 40), "missed", 1),
+        ("schedule", at(0, 4, 50), "partial", 1),
+    ]
+    # The newest fire up to now is the one the scheduler ran: offered, it does not run twice,
+    # and the older ones are missed as superseded, as when a node comes back in time.
+    assert [fire.scheduled_for for fire in fires] == [at(0, 4, 50)]
+    for fire in fires:
+        service.fire(fire.instruction_id, fire.scheduled_for, trigger=fire.trigger)
+    assert len(rows(store)) == 5
 
 
 # --- one fire -----------------------------------------------------------------------------------
