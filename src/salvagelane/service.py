@@ -29,7 +29,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Protocol
 
 from salvagelane.definitions import (
     Instruction,
@@ -51,7 +50,7 @@ from salvagelane.scheduler import (
     render_schedule_table,
     schedule_table,
 )
-from salvagelane.store import Store
+from salvagelane.store import LeaderLock, Store
 
 __all__ = [
     "TARGET",
@@ -73,18 +72,6 @@ Announce = Callable[[str], None]
 Clock = Callable[[], datetime]
 
 _RETRYABLE_TRIGGERS = frozenset({str(Trigger.SCHEDULE), str(Trigger.CATCH_UP)})
-
-
-class LeaderLock(Protocol):
-    """What the service needs of :mod:`salvagelane.store.leadership`'s locks."""
-
-    def try_acquire(self) -> bool: ...
-
-    def acquire(self) -> None: ...
-
-    def is_held(self) -> bool: ...
-
-    def release(self) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

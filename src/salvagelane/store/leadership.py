@@ -16,13 +16,14 @@ lead cannot run one fire twice.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import fcntl
 import hashlib
 import os
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import Protocol, Self
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -77,17 +78,30 @@ class LeaderLock(Protocol):
         """Whether this object still holds the lock."""
         ...
 
-    def __enter__(self) -> LeaderLock: ...
+
+class _HeldWhileInside(abc.ABC):
+    """``with lock:`` takes the lock (or raises) and gives it up on the way out."""
+
+    @abc.abstractmethod
+    def acquire(self) -> None: ...
+
+    @abc.abstractmethod
+    def release(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        self.acquire()
+        return self
 
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         traceback: TracebackType | None,
-    ) -> None: ...
+    ) -> None:
+        self.release()
 
 
-class PostgresLeaderLock:
+class PostgresLeaderLock(_HeldWhileInside):
     """The scheduler leader lock on a PostgreSQL database (a session advisory lock).
 
     ``try_acquire`` opens a dedicated connection (not pooled, autocommit, so it never
@@ -195,20 +209,8 @@ class PostgresLeaderLock:
         if engine is not None:
             engine.dispose()
 
-    def __enter__(self) -> PostgresLeaderLock:
-        self.acquire()
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.release()
-
-
-class SqliteServeLock:
+class SqliteServeLock(_HeldWhileInside):
     """Refuses a second ``salvagelane serve`` on one SQLite file (any process, this host).
 
     An exclusive non-blocking ``flock`` on ``<database file>.serve.lock``. The lock file is
@@ -266,18 +268,6 @@ class SqliteServeLock:
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
-
-    def __enter__(self) -> SqliteServeLock:
-        self.acquire()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.release()
 
 
 def leader_lock_for(url: str) -> PostgresLeaderLock | SqliteServeLock:
