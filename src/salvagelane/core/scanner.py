@@ -377,12 +377,13 @@ class _Scanner:
             resume = self.n if found < 0 else found
             container = self.container
             if container is not None and pos >= container.end:
-                anchor = self._anchor_at_or_after(pos)
                 if _OBJECT_WITH_MEMBER.match(self.text, pos):
                     # An object where a member should be is no envelope: an item. If the
                     # first item was too damaged to teach the signature, this one does.
                     self._learn_signature(pos, including=True)
                     anchor = pos
+                else:
+                    anchor = self._anchor_at_or_after(pos)
                 if anchor < resume:
                     pos = self._continue_items(pos, anchor)
                     if self.truncated:
@@ -659,15 +660,9 @@ class _Scanner:
         with its first key (this one too if ``including``) are item starts."""
         if self._anchor_iter is not None:
             return
-        quote = lexis.skip_ws(self.text, pos + 1)
-        if quote >= self.n or self.text[quote] != '"':
-            return
-        end = self._strict_string(quote)
-        if end < 0 or self._next_char(end) != ":":
-            return
-        first = pos if including else pos + 1
-        self._anchor_iter = lexis.item_anchor(self.text[quote:end]).finditer(self.text, first)
-        self._anchor = -1
+        key = self._member_key(lexis.skip_ws(self.text, pos + 1))
+        if key is not None:
+            self._follow(lexis.item_anchor(key), pos if including else pos + 1)
 
     def _item_ahead(self, pos: int) -> bool:
         """Does an item signature follow ``pos``?
@@ -678,13 +673,16 @@ class _Scanner:
         """
         if self._anchor_iter is None:
             quote = lexis.skip_ws(self.text, pos)
-            end = self._strict_string(quote) if self._next_char(pos) == '"' else -1
-            if end >= 0 and self._next_char(end) == ":":
-                pattern = lexis.item_anchor(self.text[quote:end])
-                if pattern.search(self.text, end) is not None:
-                    self._anchor_iter = pattern.finditer(self.text, end)
-                    self._anchor = -1
+            key = self._member_key(quote)
+            if key is not None:
+                pattern = lexis.item_anchor(key)
+                if pattern.search(self.text, quote + len(key)) is not None:
+                    self._follow(pattern, quote + len(key))
         return self._anchor_at_or_after(pos) <= self.n
+
+    def _follow(self, signature: re.Pattern[str], start: int) -> None:
+        self._anchor_iter = signature.finditer(self.text, start)
+        self._anchor = -1
 
     def _anchor_at_or_after(self, pos: int) -> int:
         while self._anchor < pos:
@@ -746,9 +744,15 @@ class _Scanner:
         return lexis.skip_to_bracket(self.text, pos, limit)
 
     def _is_member(self, quote: int) -> bool:
-        """Does an object member (``"key":``) start at ``quote``?"""
+        """Does an object member (``"key":``) start at ``quote`` (a quote)?"""
         end = self._strict_string(quote)
         return end >= 0 and self._next_char(end) == ":"
+
+    def _member_key(self, pos: int) -> str | None:
+        """The raw key (quotes included) of a member ``"key":`` starting at ``pos``."""
+        if pos >= self.n or self.text[pos] != '"' or not self._is_member(pos):
+            return None
+        return self.text[pos : self._strict_string(pos)]
 
     def _next_member(self, pos: int) -> int:
         """The next ``"key":`` at or after ``pos``, or -1; each quote is tried once."""
