@@ -42,8 +42,8 @@ def test_migration_environment_ships_inside_the_package() -> None:
     assert (MIGRATIONS_DIR / "versions" / "0001_initial.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0002_fire_claims.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0003_fire_retries_and_schedules.py").is_file()
-    assert (MIGRATIONS_DIR / "versions" / "0004_quarantine_reviews.py").is_file()
-    assert head_revision() == "0004"
+    assert (MIGRATIONS_DIR / "versions" / "0005_outbox_and_bounded_output.py").is_file()
+    assert head_revision() == "0005"
 
 
 def test_upgrade_builds_exactly_the_models_schema(database_url: str) -> None:
@@ -176,7 +176,7 @@ def test_quarantine_reviews_migrate_a_database_that_has_quarantined_items(
 
     upgrade(database_url)
 
-    assert current_revision(database_url) == "0004"
+    assert current_revision(database_url) == head_revision()
     with Store.open(database_url, auto_upgrade=False) as store:
         (held,) = store.quarantine.list_quarantine()
         assert (held.run_id, held.review_status, held.reviewed_by) == (run_id, "pending", None)
@@ -202,7 +202,7 @@ def test_quarantine_reviews_migrate_a_database_that_has_quarantined_items(
         engine.dispose()
     assert status == "rejected"  # the decision stays; its audit trail went with 0004
     upgrade(database_url)
-    assert current_revision(database_url) == "0004"
+    assert current_revision(database_url) == head_revision()
 
 
 def test_downgrade_below_fire_retries_refuses_while_a_retry_exists(database_url: str) -> None:

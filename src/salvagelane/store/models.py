@@ -221,6 +221,10 @@ class Attempt(Base):
     provider_error: Mapped[str | None] = mapped_column(SafeText)
     stream_error: Mapped[str | None] = mapped_column(SafeText)
     outcome: Mapped[Any] = mapped_column(JSONText, nullable=True)
+    # The output as the provider sent it: its length in bytes and SHA-256. ``raw_output``
+    # holds all of it, or its first bytes when it was over the definition's byte cap.
+    raw_length: Mapped[int | None] = mapped_column(Integer)
+    raw_sha256: Mapped[str | None] = mapped_column(Text)
 
 
 class Report(Base):
@@ -314,10 +318,14 @@ class QuarantineReview(Base):
 
 
 class SinkDelivery(Base):
-    """One attempt to deliver a run's report to one sink target."""
+    """The outbox: a delivery of a run's report to one sink target.
+
+    Written ``pending`` with the report, then updated to ``delivered`` or ``failed``;
+    ``attempts`` counts the tries, ``next_attempt_at`` is when it may be tried again.
+    """
 
     __tablename__ = "sink_deliveries"
-    __table_args__ = (Index(None, "run_id"),)
+    __table_args__ = (Index(None, "run_id"), Index(None, "status"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(String(36), ForeignKey("runs.id"))
@@ -326,3 +334,5 @@ class SinkDelivery(Base):
     status: Mapped[str] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(SafeText)
     attempted_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    attempts: Mapped[int] = mapped_column(Integer, server_default="1")
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
