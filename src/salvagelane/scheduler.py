@@ -21,7 +21,7 @@ import contextlib
 import importlib
 import logging
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
@@ -55,6 +55,7 @@ __all__ = [
     "cron_trigger",
     "fire_times",
     "latest_fire_time",
+    "newest_fire_times",
     "next_fire_time",
     "plan_catch_up",
     "render_schedule_table",
@@ -242,39 +243,61 @@ def latest_fire_time(
 class CatchUpPlan:
     """What ``serve`` does about fires that passed while nobody ran them.
 
-    ``catch_up`` is the newest unrun fire when it is still within the misfire grace: run it
-    once (coalesced). ``missed`` are the other unrun fires, oldest first, the newest
-    :data:`MISSED_LIMIT` at most: record them as missed, never run them.
+    ``catch_up`` is the newest fire when it has no run and is still within the misfire
+    grace: run it once (coalesced). ``missed`` are the other fires without a run, oldest
+    first, the newest :data:`MISSED_LIMIT` at most: record them as missed, never run them.
     """
 
     catch_up: datetime | None
     missed: tuple[datetime, ...]
 
 
+def newest_fire_times(
+    schedule: Schedule, *, after: datetime, until: datetime, count: int
+) -> list[datetime]:
+    """The newest ``count`` fires ``t`` with ``after < t <= until``, oldest first, in UTC."""
+    if count < 0:
+        raise ValueError(f"count={count}: expected 0 or more")
+    after, until = _aware(after, "after"), _aware(until, "until")
+    if after >= until:
+        return []
+    return _newest_fires(cron_trigger(schedule), after, until, count)
+
+
 def plan_catch_up(
-    schedule: Schedule,
+    fires: Sequence[datetime],
     *,
-    last_recorded: datetime | None,
+    recorded: Collection[datetime],
     now: datetime,
     grace_seconds: int,
-    since: datetime,
+    scheduler_since: datetime | None = None,
 ) -> CatchUpPlan:
-    """The catch-up for fires in ``(max(last_recorded, since), now]``.
+    """What to do about the fires up to ``now`` that have no run row (``recorded`` holds
+    those that have one).
 
-    ``last_recorded`` is the newest fire time a run (or a missed record) exists for;
-    ``since`` bounds the look-back, e.g. ``now - 1 day`` or the service's first start.
+    ``fires`` are the fires up to ``now``, oldest first (see :func:`newest_fire_times`).
+    The newest of them runs once as the catch-up when it has no row and is within grace
+    (coalesced: older unrun fires are superseded by it). Every other fire without a row
+    is missed, but those after ``scheduler_since``: the scheduler started then owns them,
+    and one of them may be being claimed right now (the periodic settlement records it
+    missed if nothing ever claims it).
     """
     now = _aware(now, "now")
-    lower = _aware(since, "since")
-    if last_recorded is not None:
-        lower = max(lower, _aware(last_recorded, "last_recorded"))
-    if lower >= now:
+    if not fires:
         return CatchUpPlan(catch_up=None, missed=())
-    unrun = _newest_fires(cron_trigger(schedule), lower, now, MISSED_LIMIT + 1)
+    newest = fires[-1]
     catch_up: datetime | None = None
-    if unrun and now - unrun[-1] <= timedelta(seconds=grace_seconds):
-        catch_up = unrun.pop()
-    return CatchUpPlan(catch_up=catch_up, missed=tuple(unrun[-MISSED_LIMIT:]))
+    if newest not in recorded and now - newest <= timedelta(seconds=grace_seconds):
+        catch_up = newest
+    owned_from = None if scheduler_since is None else _aware(scheduler_since, "scheduler_since")
+    missed = [
+        fire
+        for fire in fires
+        if fire not in recorded
+        and fire != catch_up
+        and (owned_from is None or fire <= owned_from or fire == newest)
+    ]
+    return CatchUpPlan(catch_up=catch_up, missed=tuple(missed[-MISSED_LIMIT:]))
 
 
 # --- The schedule table ----------------------------------------------------------------------

@@ -45,7 +45,9 @@ from salvagelane.errors import (
 from salvagelane.executor import ConnectorFactory, Executor, SinkFactory, Trigger
 from salvagelane.logs import bound, get_logger
 from salvagelane.scheduler import (
+    MISSED_LIMIT,
     ScheduledService,
+    newest_fire_times,
     plan_catch_up,
     render_schedule_table,
     schedule_table,
@@ -246,8 +248,19 @@ class Service:
         self._retries_asked: set[str] = set()
         self._scheduler: ScheduledService | None = None
         self._stopping = threading.Event()
+        # The gate every fire passes before it claims: closed while the node does not
+        # lead, so a fire thread left over from a lead cannot start a run after it.
+        self._gate_closed = False
+        self._active_fires = 0
+        self._fires_done = threading.Condition(self._guard)
+        # Per instruction: every fire up to this moment has an outcome (a run or a missed
+        # record), as far as this leader has checked.
+        self._settled: dict[str, datetime] = {}
         self.abandoned_runs: tuple[str, ...] = ()
         """Runs still executing when the node stopped (marked interrupted)."""
+        self.unfinished_fires = 0
+        """Fire threads still working when the node stopped (they may still use the HTTP
+        client: the process should exit without closing it under them)."""
 
     # --- control, from signal handlers ----------------------------------------------------
 
@@ -329,6 +342,9 @@ class Service:
         for instruction in self._definitions.values():
             scheduler.add_instruction(instruction)
         self._scheduler = scheduler
+        self._settled = {}
+        with self._guard:
+            self._gate_closed = False
         lost = False
         try:
             started = self._clock()
@@ -351,11 +367,15 @@ class Service:
                     log.error("leader.lost")
                     self._announce("lost the scheduler lock (database connection?): standing by")
                     break
-                self._submit(self.recover(self._clock()))
+                now = self._clock()
+                self._submit(self.recover(now))
+                self.settle(now)
         finally:
             self._step_down(lost=lost)
 
     def _step_down(self, *, lost: bool) -> None:
+        with self._guard:
+            self._gate_closed = True
         scheduler, self._scheduler = self._scheduler, None
         if scheduler is not None:
             scheduler.shutdown(wait=False)
@@ -367,7 +387,7 @@ class Service:
             self._announce(
                 f"stopping: waiting up to {timeout:g} s for {len(waiting)} run(s) to finish"
             )
-            self._wait_for_runs(timeout)
+        self._wait_for_fires(timeout)
         abandoned = self.in_flight
         for run_id, instruction_id in sorted(abandoned.items()):
             with bound(run_id=run_id, instruction=instruction_id):
@@ -386,6 +406,12 @@ class Service:
                 if marked:
                     log.warning("run.interrupted", reason="shutdown timeout")
         self.abandoned_runs = tuple(sorted(abandoned))
+        with self._guard:
+            self.unfinished_fires = self._active_fires
+        if not lost:
+            # Still the leader: no fire due by now may be left without an outcome. (A
+            # node that lost the lock leaves that to the node that took it.)
+            self._settle_before(self._clock(), f"serve stopped ({self._stop_reason}) before it ran")
         self._lock.release()
         log.info("leader.released", abandoned_runs=len(abandoned))
 
@@ -393,10 +419,15 @@ class Service:
     def _stop_reason(self) -> str:
         return self._flags.stop_reason or "stop requested"
 
-    def _wait_for_runs(self, timeout: float) -> None:
+    def _wait_for_fires(self, timeout: float) -> None:
+        """Until every fire thread past the gate is done, or ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
-        while self.in_flight and time.monotonic() < deadline:
-            time.sleep(0.05)
+        with self._fires_done:
+            while self._active_fires:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._fires_done.wait(left)
 
     # --- settling the past ----------------------------------------------------------------
 
@@ -446,12 +477,15 @@ class Service:
         return retries
 
     def catch_up(self, now: datetime, *, scheduler_since: datetime | None = None) -> list[Fire]:
-        """Record each instruction's unrun fires up to ``now`` as missed, but the newest
-        when it is within grace: that one is returned, to run once as a catch-up.
+        """Settle each instruction's fires up to ``now`` that have no run row: the newest
+        fire, when unrun and within grace, is returned to run once as a catch-up; the
+        other unrun ones are recorded as missed.
 
-        ``scheduler_since``: when the running scheduler started. A fire it claimed since
-        then says nothing about the gap before it, so the gap is measured from the last
-        fire recorded earlier (a fire claimed by both is run once: claims are unique).
+        Every fire is checked, not only those after the newest recorded one: a fire a
+        dead node decided to run but never claimed leaves a hole below newer rows.
+        ``scheduler_since``: when the running scheduler started; unrun fires after it
+        (but the newest) are the scheduler's to claim, and :meth:`settle` records them
+        missed once their grace has passed if nothing did.
         """
         fires: list[Fire] = []
         for instruction in self._definitions.values():
@@ -459,14 +493,15 @@ class Service:
             since = self._store.register_schedule(
                 instruction.id, cron=schedule.cron, timezone=schedule.timezone, now=now
             )
+            lower = max(since, now - self._settings.look_back)
+            self._settled[instruction.id] = lower
+            due = newest_fire_times(schedule, after=lower, until=now, count=MISSED_LIMIT + 1)
             plan = plan_catch_up(
-                schedule,
-                last_recorded=self._store.last_scheduled_for(
-                    instruction.id, before=scheduler_since
-                ),
+                due,
+                recorded=self._recorded(instruction.id, due),
                 now=now,
                 grace_seconds=schedule.misfire_grace_seconds,
-                since=max(since, now - self._settings.look_back),
+                scheduler_since=scheduler_since,
             )
             if plan.missed:
                 self._record_missed(
@@ -489,6 +524,52 @@ class Service:
                     )
                 )
         return fires
+
+    def settle(self, now: datetime) -> None:
+        """Record as missed every fire whose misfire grace has passed without a run row.
+
+        The leader calls this every poll interval: whatever kept a fire from being
+        claimed (a worker pool busy past the grace, a run of the same instruction that
+        would not end, a fire thread lost to a bug), the fire still gets an outcome.
+        """
+        for instruction in self._definitions.values():
+            grace = instruction.schedule.misfire_grace_seconds
+            # Past the grace APScheduler starts no job for the fire; the extra poll
+            # interval leaves a job that did start the time to claim it.
+            horizon = now - timedelta(seconds=grace + self._settings.poll_seconds)
+            self._settle_instruction(
+                instruction,
+                horizon,
+                f"no run claimed it within its {grace} s misfire grace "
+                "(the node was busy or the fire was lost)",
+            )
+
+    def _settle_before(self, moment: datetime, reason: str) -> None:
+        for instruction in self._definitions.values():
+            self._settle_instruction(instruction, moment, reason)
+
+    def _settle_instruction(self, instruction: Instruction, horizon: datetime, reason: str) -> None:
+        lower = self._settled.get(instruction.id)
+        if lower is None or horizon <= lower:
+            return
+        try:
+            due = newest_fire_times(
+                instruction.schedule, after=lower, until=horizon, count=MISSED_LIMIT
+            )
+            recorded = self._recorded(instruction.id, due)
+            unrun = [moment for moment in due if moment not in recorded]
+            if unrun:
+                self._record_missed(instruction, unrun, reason)
+        except SalvagelaneError:
+            # The watermark stays: the next pass looks at these fires again.
+            log.exception("fire.missed_not_recorded", instruction=instruction.id)
+            return
+        self._settled[instruction.id] = horizon
+
+    def _recorded(self, instruction_id: str, fires: Sequence[datetime]) -> set[datetime]:
+        if not fires:
+            return set()
+        return self._store.recorded_fires(instruction_id, start=fires[0], end=fires[-1])
 
     def _record_missed(
         self, instruction: Instruction, fires: Sequence[datetime], reason: str
@@ -556,12 +637,22 @@ class Service:
                 return
             log.info("fire", **fields)
             with self._instruction_lock(instruction_id):
-                # A fire that waited for the instruction's previous run, through a stop,
-                # stays unclaimed: the next start catches it up.
-                if self._stopping.is_set():
-                    log.info("fire.skipped", reason="stopping", **fields)
+                # A fire that waited for the instruction's previous run through a stop (or
+                # a lost lead) stays unclaimed: the settlement at the stop, or the next
+                # leader's catch-up, gives it its outcome.
+                with self._guard:
+                    closed = self._gate_closed or self._stopping.is_set()
+                    if not closed:
+                        self._active_fires += 1
+                if closed:
+                    log.info("fire.skipped", reason="not leading", **fields)
                     return
-                self._run(instruction, scheduled_for, trigger, retry_of, fields)
+                try:
+                    self._run(instruction, scheduled_for, trigger, retry_of, fields)
+                finally:
+                    with self._fires_done:
+                        self._active_fires -= 1
+                        self._fires_done.notify_all()
 
     def _run(
         self,
@@ -640,11 +731,14 @@ class Service:
             for instruction in changed:
                 scheduler.add_instruction(instruction)
                 schedule = instruction.schedule
-                self._store.register_schedule(
+                since = self._store.register_schedule(
                     instruction.id, cron=schedule.cron, timezone=schedule.timezone, now=now
                 )
+                # The new schedule's fires are due from `since` on; none before.
+                self._settled[instruction.id] = max(since, self._settled.get(instruction.id, since))
             for instruction_id in removed:
                 scheduler.remove_instruction(instruction_id)
+                self._settled.pop(instruction_id, None)
         log.info(
             "definitions.reloaded",
             scheduled=sorted(after),

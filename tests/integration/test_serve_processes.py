@@ -188,8 +188,10 @@ def test_a_restart_catches_up_the_newest_gap_fire_and_records_the_rest_missed(
 def test_gap_fires_outside_the_misfire_grace_are_all_missed(
     project: Project, processes: Processes
 ) -> None:
-    # Every 3 s with a 1 s grace: the newest gap fire is outside the grace when the node
-    # comes back 1 to 3 s after it (aimed at 2 s: a process starts in ~0.7 +- 0.2 s).
+    # Every 3 s with a 1 s grace. The node comes back aiming at 2 s after a fire, so the
+    # newest gap fire is usually outside the grace; on a busy machine it may come back
+    # within it. Either way the rule is checked for the moment it really came back
+    # (no assertion on the wall clock's phase; issue 11.3).
     project.write_definition(cron="*/3 * * * * *", grace=1)
     first = processes.serve(project, name="before")
     registered = log_time(first.wait_for_event("leader.acquired")[0])
@@ -198,13 +200,11 @@ def test_gap_fires_outside_the_misfire_grace_are_all_missed(
     assert first.stop() == 0, first.describe()
     before = {r.id for r in all_runs(project.database_url)}
 
-    # Come back when at least two fires passed unrun and 2 s after the newest of them.
     target = registered + timedelta(seconds=5.2)
     target += timedelta(seconds=(2 - target.timestamp() % 3) % 3)
     time.sleep(max(0.0, (target - startup - datetime.now(UTC)).total_seconds()))
     second = processes.serve(project, name="after")
     back = log_time(second.wait_for_event("leader.acquired")[0])
-    assert 1.05 < back.timestamp() % 3 < 2.95, f"timing precondition: back at {back}"
     second.wait_for_line("^leader:")
     second.wait_for_event("fire.claimed", timeout=10, where=lambda e: e["trigger"] == "schedule")
     assert second.stop() == 0, second.describe()
@@ -213,16 +213,30 @@ def test_gap_fires_outside_the_misfire_grace_are_all_missed(
 
     runs = all_runs(project.database_url)
     assert_one_row_per_fire(runs, step=3 * SECOND)
-    gap = [r for r in runs if r.id not in before and r.scheduled_for and r.scheduled_for <= back]
     newest_gap_fire = datetime.fromtimestamp(back.timestamp() // 3 * 3, UTC)
+    gap = [
+        r
+        for r in runs
+        if r.id not in before and r.scheduled_for and r.scheduled_for <= newest_gap_fire
+    ]
     assert len(gap) >= 2, describe(runs)
     assert gap[-1].scheduled_for == newest_gap_fire, describe(runs)
-    assert {(r.trigger, r.status) for r in gap} == {("schedule", "missed")}, describe(runs)
-    assert not [r for r in runs if r.trigger == "catch_up"], describe(runs)
-    assert second.events("fire.catch_up") == []
+    older, newest = gap[:-1], gap[-1]
+    assert {(r.trigger, r.status) for r in older} == {("schedule", "missed")}, describe(runs)
+    caught_up = second.events("fire.catch_up")
+    if newest.trigger == "catch_up":
+        # Back within the grace (the catch-up looked less than 1 s after the fire).
+        assert [fire_time(e) for e in caught_up] == [newest_gap_fire]
+        assert newest.status == "partial", describe(runs)
+        reason = "a newer fire supersedes it"
+    else:
+        assert (newest.trigger, newest.status) == ("schedule", "missed"), describe(runs)
+        assert caught_up == []
+        older = gap
+        reason = "within its 1 s misfire grace"
     with Store.open(project.database_url) as store:
-        for run in gap:
-            assert "within its 1 s misfire grace" in (store.get_run(run.id).error or "")
+        for run in older:
+            assert reason in (store.get_run(run.id).error or ""), describe(runs)
     assert runs[-1].trigger == "schedule"
     assert runs[-1].status == "partial"
 

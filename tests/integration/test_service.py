@@ -191,12 +191,58 @@ def test_a_fire_the_new_scheduler_claimed_first_hides_no_gap(project: Path, stor
         ("schedule", at(0, 4, 40), "missed", 1),
         ("schedule", at(0, 4, 50), "partial", 1),
     ]
-    # The newest fire up to now is the one the scheduler ran: offered, it does not run twice,
-    # and the older ones are missed as superseded, as when a node comes back in time.
-    assert [fire.scheduled_for for fire in fires] == [at(0, 4, 50)]
-    for fire in fires:
-        service.fire(fire.instruction_id, fire.scheduled_for, trigger=fire.trigger)
-    assert len(rows(store)) == 5
+    # The newest fire up to now is the one the scheduler ran: nothing to catch up, and the
+    # older ones are missed as superseded, as when a node comes back in time.
+    assert fires == []
+
+
+def test_a_fire_a_dead_node_never_claimed_is_missed_below_newer_rows(
+    project: Path, store: Store
+) -> None:
+    """Issue 11.1: the dead node logged a fire it never claimed, then claimed newer ones;
+    the catch-up looked only past the newest row, so that fire had no outcome, ever."""
+    edit(project, 'cron: "20 5 * * *"', 'cron: "*/10 * * * *"')
+    service = make_service(project, store)
+    service.catch_up(at(0, 4))
+    for minute in (10, 30, 40):  # 04:20 waited for the instruction's lock when it died
+        service.fire("daily-triage", at(0, 4, minute))
+
+    fires = service.catch_up(at(0, 4, 45))
+
+    assert fires == []
+    assert rows(store) == [
+        ("schedule", at(0, 4, 10), "partial", 1),
+        ("schedule", at(0, 4, 20), "missed", 1),
+        ("schedule", at(0, 4, 30), "partial", 1),
+        ("schedule", at(0, 4, 40), "partial", 1),
+    ]
+
+
+def test_settle_records_a_fire_nobody_claimed_once_its_grace_passed(
+    project: Path, store: Store
+) -> None:
+    edit(project, 'cron: "20 5 * * *"', 'cron: "*/10 * * * *"')
+    edit(project, "misfire_grace_seconds: 3600", "misfire_grace_seconds: 60")
+    service = make_service(project, store, poll_seconds=5)
+    service.catch_up(at(0, 4))
+    service.fire("daily-triage", at(0, 4, 10))  # 04:20 was lost; 04:30 is in its grace
+
+    service.settle(at(0, 4, 30, 30))
+    assert rows(store) == [
+        ("schedule", at(0, 4, 10), "partial", 1),
+        ("schedule", at(0, 4, 20), "missed", 1),
+    ]
+    service.settle(at(0, 4, 31, 6))  # 04:30's grace and a poll have passed
+    assert [row[1:3] for row in rows(store)][-1] == (at(0, 4, 30), "missed")
+    with capture_logs() as logs:
+        service.settle(at(0, 4, 31, 7))  # nothing new: the watermark moved past it
+    assert logs == []
+    missed = [run for run in store.list_runs(limit=10) if run.status == "missed"]
+    for run in missed:
+        assert "within its 60 s misfire grace" in (store.get_run(run.id).error or "")
+    # A fire the scheduler claims late after all is a duplicate, never a second outcome.
+    service.fire("daily-triage", at(0, 4, 30))
+    assert len(rows(store)) == 3
 
 
 # --- one fire -----------------------------------------------------------------------------------
@@ -233,7 +279,7 @@ def test_no_fire_starts_once_stopping(project: Path, store: Store) -> None:
 
     service.fire("daily-triage", at(0, 5, 20))
 
-    assert rows(store) == []  # unclaimed: the next start catches it up
+    assert rows(store) == []  # unclaimed: the stop's settlement or the next start decides
 
 
 # --- crash recovery -----------------------------------------------------------------------------

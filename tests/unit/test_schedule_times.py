@@ -17,6 +17,7 @@ from salvagelane.scheduler import (
     cron_trigger,
     fire_times,
     latest_fire_time,
+    newest_fire_times,
     next_fire_time,
     plan_catch_up,
     render_schedule_table,
@@ -190,6 +191,24 @@ NOW = utc(2025, 6, 5, 6, 0)  # 40 minutes after the 05:20 fire
 DAILY = daily("20 5 * * *", grace=3600)
 
 
+def plan(
+    schedule: Schedule,
+    *,
+    recorded: set[datetime],
+    since: datetime,
+    now: datetime = NOW,
+    scheduler_since: datetime | None = None,
+) -> CatchUpPlan:
+    due = newest_fire_times(schedule, after=since, until=now, count=MISSED_LIMIT + 1)
+    return plan_catch_up(
+        due,
+        recorded=recorded,
+        now=now,
+        grace_seconds=schedule.misfire_grace_seconds,
+        scheduler_since=scheduler_since,
+    )
+
+
 @pytest.mark.parametrize(
     ("name", "schedule", "last_recorded", "since", "expected"),
     [
@@ -261,29 +280,72 @@ def test_plan_catch_up(
     since: datetime,
     expected: CatchUpPlan,
 ) -> None:
-    plan = plan_catch_up(
-        schedule,
-        last_recorded=last_recorded,
-        now=NOW,
-        grace_seconds=schedule.misfire_grace_seconds,
-        since=since,
+    # Every fire up to last_recorded has a row, as when nodes never lost one.
+    every = fire_times(schedule, since, NOW)
+    recorded = {fire for fire in every if last_recorded is not None and fire <= last_recorded}
+    assert plan(schedule, recorded=recorded, since=since) == expected, name
+
+
+def test_a_hole_below_a_recorded_fire_is_missed_not_lost() -> None:
+    """Issue 11.1: a dead node decided to run a fire but never claimed it, and newer
+    fires have rows. Only the newest recorded fire used to bound the look-back, so the
+    hole stayed without an outcome forever."""
+    every_second = daily("* * * * * *", grace=30)
+    now = utc(2025, 6, 5, 6, 0, 10)
+    recorded = {now - timedelta(seconds=n) for n in (1, 2, 3, 5, 6)}  # 4 s ago: the hole
+
+    result = plan(every_second, recorded=recorded, since=now - timedelta(seconds=6), now=now)
+
+    assert result == CatchUpPlan(catch_up=now, missed=(now - timedelta(seconds=4),))
+
+
+def test_unrun_fires_after_the_scheduler_started_are_its_own() -> None:
+    every_second = daily("* * * * * *", grace=30)
+    now = utc(2025, 6, 5, 6, 0, 10)
+    started = now - timedelta(seconds=2.5)
+
+    result = plan(
+        every_second,
+        recorded=set(),
+        since=now - timedelta(seconds=5),
+        now=now,
+        scheduler_since=started,
     )
-    assert plan == expected, name
+
+    # 2 and 1 s ago are the scheduler's (it may be claiming one right now); the newest is
+    # offered as the catch-up either way (the claim decides who runs it).
+    assert result == CatchUpPlan(
+        catch_up=now, missed=(now - timedelta(seconds=4), now - timedelta(seconds=3))
+    )
+
+
+def test_the_newest_fire_recorded_means_no_catch_up() -> None:
+    result = plan(DAILY, recorded={utc(2025, 6, 5, 5, 20)}, since=NOW - timedelta(days=3))
+    assert result == CatchUpPlan(
+        catch_up=None, missed=(utc(2025, 6, 3, 5, 20), utc(2025, 6, 4, 5, 20))
+    )
 
 
 def test_plan_catch_up_keeps_the_newest_missed_fires_only() -> None:
     now = utc(2025, 6, 5, 6, 0, 0)
-    plan = plan_catch_up(
-        daily("* * * * * *"),
-        last_recorded=None,
+    result = plan(
+        daily("* * * * * *", grace=1),
+        recorded=set(),
         now=now,
-        grace_seconds=1,
         since=now - timedelta(days=1),  # 86,400 fires in the window
     )
-    assert plan.catch_up == now
-    assert len(plan.missed) == MISSED_LIMIT
-    assert plan.missed[0] == now - timedelta(seconds=MISSED_LIMIT)
-    assert plan.missed[-1] == now - timedelta(seconds=1)
+    assert result.catch_up == now
+    assert len(result.missed) == MISSED_LIMIT
+    assert result.missed[0] == now - timedelta(seconds=MISSED_LIMIT)
+    assert result.missed[-1] == now - timedelta(seconds=1)
+
+
+def test_newest_fire_times_is_half_open() -> None:
+    start = utc(2025, 6, 5, 6, 0, 0)
+    assert newest_fire_times(
+        daily("* * * * * *"), after=start, until=start + timedelta(seconds=3), count=2
+    ) == [start + timedelta(seconds=2), start + timedelta(seconds=3)]
+    assert newest_fire_times(daily("* * * * * *"), after=start, until=start, count=5) == []
 
 
 def test_latest_fire_time_is_at_or_before_now() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -96,6 +96,15 @@ def find_instruction(reference: str, directory: Path) -> Instruction:
     help="Run as the fire of this time (ISO 8601 with a zone, e.g. 2026-11-21T05:20:00Z): "
     "the fire is claimed first, so it runs once however many schedulers fire it.",
 )
+@click.option(
+    "--stale-after",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="With --scheduled-for: a run of the same fire without a heartbeat for this long "
+    "belongs to a process that died; it is marked interrupted and the fire's one retry runs.",
+)
 @instructions_option
 @database_option
 @json_option
@@ -103,6 +112,7 @@ def run_command(
     instruction: str,
     replay: Path | None,
     scheduled_for: datetime | None,
+    stale_after: float,
     instructions_dir: Path,
     database: str | None,
     as_json: bool,
@@ -114,7 +124,9 @@ def run_command(
     the quarantine. Exit 0 when the run ended ok or partial, 1 when it failed.
 
     With --scheduled-for (a system cron or CI job firing runs itself), a fire that
-    already has a run is not run again: the command says so and exits 0.
+    already has a run is not run again: the command says so and exits 0. A run of the
+    fire left running by a process that died (no heartbeat for --stale-after seconds)
+    is marked interrupted, and the fire's one retry runs.
     """
     import httpx
 
@@ -140,7 +152,28 @@ def run_command(
             sinks_for=lambda spec: build_sinks(spec.sinks, client=client),
         )
         try:
-            outcome = executor.run(definition, trigger=trigger, scheduled_for=scheduled_for)
+            try:
+                outcome = executor.run(definition, trigger=trigger, scheduled_for=scheduled_for)
+            except DuplicateFireError as exc:
+                # Without serve nobody else notices a claim whose process died: this
+                # command does, and runs the fire's one retry (the claim decides who).
+                now = datetime.now(UTC)
+                dead = store.reclaim_stale_fire(
+                    exc.instruction_id,
+                    exc.scheduled_for,
+                    stale_before=now - timedelta(seconds=stale_after),
+                    now=now,
+                )
+                if dead is None:
+                    raise
+                click.echo(
+                    f"taking over: run {dead.id[:8]} of this fire stopped without finishing "
+                    "(no heartbeat); marked interrupted, running the fire's one retry",
+                    err=True,
+                )
+                outcome = executor.run(
+                    definition, trigger=trigger, scheduled_for=exc.scheduled_for, retry_of=dead.id
+                )
         except DuplicateFireError as exc:
             existing = store.runs_for_fire(exc.instruction_id, exc.scheduled_for)
             _report_duplicate(exc, existing, as_json=as_json)

@@ -143,10 +143,17 @@ def serve_command(
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         abandoned = service.abandoned_runs
-    if abandoned:
-        announce(f"stopped; {len(abandoned)} run(s) marked interrupted: {', '.join(abandoned)}")
-        # Their worker threads are still inside a call that cannot be cancelled; the
-        # runs are recorded, so leave without waiting for the threads.
-        sys.stderr.flush()
-        os._exit(0)
+        if abandoned or service.unfinished_fires:
+            if abandoned:
+                announce(
+                    f"stopped; {len(abandoned)} run(s) marked interrupted: {', '.join(abandoned)}"
+                )
+            else:
+                announce("stopped")
+            # Their worker threads are still inside a call that cannot be cancelled; the
+            # runs are recorded. Leave without waiting for the threads, and before the
+            # HTTP client closes under them (they would record a bogus crash).
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
     announce("stopped")

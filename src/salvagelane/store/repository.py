@@ -306,6 +306,46 @@ class Store:
             session.flush()
             return _summaries(session, stale)
 
+    def reclaim_stale_fire(
+        self, instruction_id: str, scheduled_for: datetime, *, stale_before: datetime, now: datetime
+    ) -> RunSummary | None:
+        """Settle a fire whose claim may belong to a dead process, for a command that finds
+        the fire already claimed (``run --scheduled-for`` without ``serve``).
+
+        A run of the fire still ``running`` whose heartbeat is older than ``stale_before``
+        is marked ``interrupted``, as a ``serve`` leader would. Returns the fire's first
+        run when it is now interrupted and nobody has claimed its one retry yet: the
+        caller claims that retry (a concurrent claimer makes it a DuplicateFireError).
+        None when there is nothing to take over.
+        """
+        last_sign = sa.func.coalesce(Run.heartbeat_at, Run.started_at)
+        of_fire = (Run.instruction_id == instruction_id, Run.scheduled_for == scheduled_for)
+        with self._transaction(f"take over the {instruction_id} fire") as session:
+            stale = list(
+                session.scalars(
+                    sa.select(Run)
+                    .where(*of_fire, Run.status == "running", last_sign < stale_before)
+                    .with_for_update()
+                )
+            )
+            for run in stale:
+                since = run.heartbeat_at or run.started_at
+                _close(
+                    run,
+                    status="interrupted",
+                    finished_at=now,
+                    error=(
+                        f"no heartbeat since {since.isoformat()}: the process running it "
+                        "stopped (noticed by the next claim of the same fire)"
+                    ),
+                )
+            session.flush()
+            runs = list(session.scalars(sa.select(Run).where(*of_fire).order_by(Run.fire_attempt)))
+            if len(runs) != 1 or runs[0].status != "interrupted" or runs[0].fire_attempt != 1:
+                return None
+            (first,) = _summaries(session, runs)
+            return first
+
     def add_attempt(
         self,
         run_id: str,
@@ -521,6 +561,23 @@ class Store:
             stmt = stmt.where(Run.scheduled_for < before)
         with self._transaction(f"read the last fire of {instruction_id}") as session:
             return session.scalars(stmt).first()
+
+    def recorded_fires(
+        self, instruction_id: str, *, start: datetime, end: datetime
+    ) -> set[datetime]:
+        """The fire times in ``[start, end]`` of ``instruction_id`` that have a run row (any
+        status, missed ones included): the fires that have an outcome."""
+        stmt = (
+            sa.select(Run.scheduled_for)
+            .where(
+                Run.instruction_id == instruction_id,
+                Run.scheduled_for >= start,
+                Run.scheduled_for <= end,
+            )
+            .distinct()
+        )
+        with self._transaction(f"read the recorded fires of {instruction_id}") as session:
+            return {moment for moment in session.scalars(stmt) if moment is not None}
 
     def list_runs(self, *, instruction_id: str | None = None, limit: int = 20) -> list[RunSummary]:
         """The latest ``limit`` runs, newest first, optionally of one instruction."""
