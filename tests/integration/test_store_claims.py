@@ -110,7 +110,7 @@ def test_manual_runs_never_collide(store: Store) -> None:
 
     assert len(ids) == 3
     assert len(store.list_runs()) == 3
-    assert store.last_scheduled_for("daily") is None
+    assert store.recorded_fires("daily", start=FIRE - timedelta(days=1), end=NOW) == set()
 
 
 def test_other_integrity_errors_stay_store_errors(store: Store) -> None:
@@ -198,8 +198,7 @@ def test_a_missed_fire_cannot_be_claimed_again(store: Store) -> None:
         claim(store)
 
 
-def test_last_scheduled_for_is_the_newest_fire_of_any_status(store: Store) -> None:
-    assert store.last_scheduled_for("daily") is None
+def test_recorded_fires_are_the_fires_with_a_row_of_any_status(store: Store) -> None:
     older = claim(store, scheduled_for=FIRE - timedelta(hours=1))
     store.fail_run(older, finished_at=NOW, error="boom")
     claim(store, scheduled_for=None, trigger="manual", now=NOW + timedelta(hours=5))
@@ -213,9 +212,46 @@ def test_last_scheduled_for_is_the_newest_fire_of_any_status(store: Store) -> No
     claim(store, scheduled_for=FIRE)
     claim(store, instruction_id="other", scheduled_for=FIRE + timedelta(days=1))
 
-    assert store.last_scheduled_for("daily") == FIRE + timedelta(hours=2)
-    assert store.last_scheduled_for("other") == FIRE + timedelta(days=1)
-    assert store.last_scheduled_for("nothing") is None
+    window = {"start": FIRE - timedelta(hours=1), "end": FIRE + timedelta(hours=2)}
+    assert store.recorded_fires("daily", **window) == {
+        FIRE - timedelta(hours=1),
+        FIRE,
+        FIRE + timedelta(hours=2),
+    }
+    # Bounds are inclusive; another instruction's fires are not this one's.
+    assert store.recorded_fires("daily", start=FIRE, end=FIRE) == {FIRE}
+    assert store.recorded_fires("other", **window) == set()
+
+
+def test_reclaim_stale_fire_interrupts_a_dead_claim_and_offers_its_retry(store: Store) -> None:
+    dead = claim(store, scheduled_for=FIRE)
+    store.heartbeat(dead, NOW)
+
+    alive = store.reclaim_stale_fire(
+        "daily", FIRE, stale_before=NOW - timedelta(seconds=1), now=NOW + timedelta(seconds=30)
+    )
+    assert alive is None
+    assert store.get_run(dead).status == "running"
+
+    taken = store.reclaim_stale_fire(
+        "daily", FIRE, stale_before=NOW + timedelta(seconds=1), now=NOW + timedelta(seconds=90)
+    )
+    assert taken is not None
+    assert (taken.id, taken.status) == (dead, "interrupted")
+    retry = store.start_run(
+        instruction_id="daily",
+        definition_sha256=SHA,
+        trigger="schedule",
+        scheduled_for=FIRE,
+        now=NOW,
+        retry_of=dead,
+    )
+    # With the retry claimed there is nothing left to take over, even once it is stale.
+    assert (
+        store.reclaim_stale_fire("daily", FIRE, stale_before=NOW + timedelta(days=1), now=NOW)
+        is None
+    )
+    assert store.get_run(retry).status == "interrupted"
 
 
 # --- stale and abandoned runs -------------------------------------------------------------------

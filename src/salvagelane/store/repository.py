@@ -546,22 +546,6 @@ class Store:
             state.updated_at = now
             return state.effective_since
 
-    def last_scheduled_for(
-        self, instruction_id: str, *, before: datetime | None = None
-    ) -> datetime | None:
-        """The newest fire time (earlier than ``before``, if given) of any run row of
-        ``instruction_id`` (any status, missed ones included); None when it has none."""
-        stmt = (
-            sa.select(Run.scheduled_for)
-            .where(Run.instruction_id == instruction_id, Run.scheduled_for.is_not(None))
-            .order_by(Run.scheduled_for.desc())
-            .limit(1)
-        )
-        if before is not None:
-            stmt = stmt.where(Run.scheduled_for < before)
-        with self._transaction(f"read the last fire of {instruction_id}") as session:
-            return session.scalars(stmt).first()
-
     def recorded_fires(
         self, instruction_id: str, *, start: datetime, end: datetime
     ) -> set[datetime]:
