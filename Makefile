@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 FIXTURE := tests/fixtures/daily-triage-truncated
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-loaded test-processes-loaded bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,15 @@ test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/pytest
+
+# The whole suite with both cores kept busy (the tests must not depend on an idle host).
+test-loaded: $(STAMP)
+	bash .ci/with-load $(BIN)/pytest
+
+# The process-level serve tests (real processes, signals, kill -9) under that load.
+test-processes-loaded: $(STAMP)
+	bash .ci/with-load $(BIN)/pytest tests/integration/test_serve_processes.py \
+		tests/integration/test_cron_mode.py tests/integration/test_fault_injection.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/salvage_throughput.py
