@@ -47,6 +47,7 @@ from salvagelane.errors import (
     AttemptNotStoredError,
     ConnectorError,
     DefinitionError,
+    NotFoundError,
     ProviderError,
     SpoolError,
     StoreError,
@@ -209,7 +210,7 @@ class Executor:
                 # error names. Say so on the run if the database takes that much.
                 try:
                     self._store.fail_run(run_id, finished_at=self._clock(), error=str(exc))
-                except StoreError as also:
+                except (StoreError, NotFoundError) as also:
                     log.warning("run.fail_not_recorded", error=str(also))
                 raise
             except Exception as exc:
@@ -433,7 +434,7 @@ class Executor:
         spool and AttemptNotStoredError (naming the spool file) ends the run."""
         try:
             return self._store.add_attempt(run_id, number=number, **fields)
-        except StoreError as refused:
+        except (StoreError, NotFoundError) as refused:  # NotFound: the run row is gone
             what = "output" if fields["raw_output"] is not None else "record"
             where = f"attempt {number} of run {run_id}"
             try:

@@ -655,3 +655,31 @@ def _cap_at_current_size(dbapi_connection: Any, connection_record: Any) -> None:
         cursor.execute(f"PRAGMA max_page_count = {int(pages)}")
     finally:
         cursor.close()
+
+
+def test_an_output_whose_run_row_vanished_is_spooled_too(store: Store, tmp_path: Path) -> None:
+    # Someone deleted the run's row during the model call: the output is still kept.
+    instruction = load_instruction(ROOT / "instructions" / "daily-triage.yaml")
+    replay = ReplayConnector(FIXTURE)
+
+    class DeletingTheRun:
+        def complete(self, request: Any) -> Any:
+            with store._engine.begin() as connection:  # the store's own database
+                connection.exec_driver_sql("DELETE FROM runs")
+            return replay.complete(request)
+
+    spool = Spool(tmp_path / "spool")
+    executor = Executor(store, connector_for=lambda spec: DeletingTheRun(), spool=spool)
+
+    with pytest.raises(AttemptNotStoredError) as caught:
+        executor.run(instruction)
+
+    (path,) = spool.files()
+    assert caught.value.spool_file == str(path)
+    assert "no run with id" in str(caught.value)
+    entry = spool.read(path)
+    assert entry.raw_output == (FIXTURE / "raw.txt").read_bytes()
+    assert store.list_runs() == []
+    (kept,) = recover(store, spool).failed  # kept and reported, never deleted
+    assert kept.problem == f"run {entry.run_id} is not in this database (was it replaced?)"
+    assert path.exists()

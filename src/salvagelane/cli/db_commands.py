@@ -59,7 +59,7 @@ def db_recover_command(database: str | None) -> None:
     """
     from salvagelane import environment
     from salvagelane.store import Store
-    from salvagelane.store.spool import Spool, recover
+    from salvagelane.store.spool import Imported, Spool, recover
 
     url = environment.database_url(database)
     spool = Spool(environment.spool_dir(url))
@@ -72,23 +72,29 @@ def db_recover_command(database: str | None) -> None:
             size = (
                 "no output" if done.entry.raw_length is None else f"{done.entry.raw_length:,} bytes"
             )
-            verb = "imported" if done.outcome == "imported" else "already stored, removed"
+            verb = "imported" if done.outcome is Imported.IMPORTED else "already stored, removed"
             click.echo(
                 f"  {verb}: attempt {done.entry.number} of run {done.entry.run_id} "
                 f"({size}) from {done.path.name}"
             )
         elif done.other_database:
             click.echo(f"  left for its database: {done.path.name}: {done.problem}")
+        elif done.outcome in (Imported.IMPORTED, Imported.ALREADY_STORED):
+            click.echo(f"  stored, but the file stays: {done.problem}")
         else:
             click.echo(f"  NOT imported, kept: {done.path}: {done.problem}")
-    failed = len(recovery.failed)
+    stored = (Imported.IMPORTED, Imported.ALREADY_STORED)
+    unremoved = sum(done.outcome in stored for done in recovery.failed)
     summary = (
-        f"{len(recovery.imported)} imported, {failed} could not be imported"
+        f"{len(recovery.imported)} imported, "
+        f"{len(recovery.failed) - unremoved} could not be imported"
         if recovery.files
         else "nothing to recover"
     )
+    if unremoved:
+        summary += f", {unremoved} stored but not removed"
     if recovery.elsewhere:
         summary += f", {len(recovery.elsewhere)} left for another database"
     click.echo(summary)
-    if failed:
+    if recovery.failed:
         raise click.exceptions.Exit(EXIT_INVALID)
