@@ -7,6 +7,7 @@ never a value.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from salvagelane.errors import ConnectorError
 from salvagelane.logs import register_secret
@@ -45,3 +46,34 @@ def log_format() -> str | None:
     """``json`` or ``console`` from ``SALVAGELANE_LOG_FORMAT``; None lets the terminal decide."""
     value = os.environ.get("SALVAGELANE_LOG_FORMAT", "").strip().lower()
     return value or None
+
+
+SPOOL_DIR_NAME = "salvagelane-spool"
+
+
+def spool_dir(database: str) -> Path:
+    """Where model outputs the database could not take are spooled for ``database``:
+    ``SALVAGELANE_SPOOL_DIR`` when set; else a ``salvagelane-spool/`` directory beside a
+    SQLite database file (the same disk and permissions as the database); else (PostgreSQL,
+    an in-memory SQLite) ``$XDG_STATE_HOME/salvagelane/spool``, by default
+    ``~/.local/state/salvagelane/spool``."""
+    explicit = os.environ.get("SALVAGELANE_SPOOL_DIR", "").strip()
+    if explicit:
+        return Path(explicit).expanduser().resolve()
+    from sqlalchemy.engine import make_url  # only here: the rest of this module is stdlib
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(database)
+    except ArgumentError:
+        url = None
+    if (
+        url is not None
+        and url.get_backend_name() == "sqlite"
+        and url.database not in (None, "", ":memory:")
+    ):
+        return Path(url.database or "").resolve().parent / SPOOL_DIR_NAME
+    state = os.environ.get("XDG_STATE_HOME", "").strip()
+    # The XDG spec: a relative $XDG_STATE_HOME is invalid and ignored.
+    base = Path(state) if state and Path(state).is_absolute() else Path.home() / ".local" / "state"
+    return base / "salvagelane" / "spool"

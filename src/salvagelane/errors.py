@@ -92,6 +92,21 @@ class OutdatedDatabaseError(StoreError):
     ``salvagelane db upgrade`` (the CLI exits 2, as for anything the user must fix)."""
 
 
+class SpoolError(StoreError):
+    """A spool file (a model output the database could not take) could not be written,
+    read or removed. The message names the file."""
+
+
+class AttemptNotStoredError(StoreError):
+    """The database refused an attempt, so its record and raw output went to the spool
+    file ``spool_file`` instead, which ``salvagelane db recover`` imports. None when
+    spooling failed too; the message then says both failures."""
+
+    def __init__(self, message: str, *, spool_file: str | None):
+        super().__init__(message)
+        self.spool_file = spool_file
+
+
 class NotFoundError(SalvagelaneError):
     """A run, attempt or quarantined item id that the database does not hold."""
 

@@ -35,6 +35,7 @@ from salvagelane.core.attempts import (
 )
 from salvagelane.core.finish import FinishReason
 from salvagelane.core.records import Status
+from salvagelane.core.salvage import bytes_over_cap
 from salvagelane.definitions import (
     Instruction,
     RenderedPrompt,
@@ -42,10 +43,20 @@ from salvagelane.definitions import (
     resolve_allow_lists,
     resolve_context,
 )
-from salvagelane.errors import ConnectorError, DefinitionError, ProviderError
+from salvagelane.errors import (
+    AttemptNotStoredError,
+    ConnectorError,
+    DefinitionError,
+    NotFoundError,
+    ProviderError,
+    SpoolError,
+    StoreError,
+)
 from salvagelane.logs import bound, get_logger
 from salvagelane.sinks import DeliveryOutcome, Sink, deliver_all
 from salvagelane.store import QuarantineRecord, ReportItemRecord, ReportRecord, Store
+from salvagelane.store.repository import bound_raw
+from salvagelane.store.spool import Spool, SpooledAttempt
 
 log = get_logger("salvagelane.executor")
 
@@ -141,8 +152,12 @@ class Executor:
         monotonic: Callable[[], float] = time.monotonic,
         heartbeat_seconds: float = 15.0,
         on_claimed: ClaimObserver | None = None,
+        spool: Spool | None = None,
     ):
         self._store = store
+        # Where an attempt goes when the database refuses it; by default the spool
+        # directory the environment names for this database.
+        self._spool = spool
         self._on_claimed = on_claimed
         self._connector_for = connector_for
         self._sinks_for = sinks_for
@@ -190,6 +205,14 @@ class Executor:
                     outcome = self._execute(instruction, state)
             except DefinitionError as exc:
                 outcome = self._fail(instruction, state, f"definition: {exc}")
+            except AttemptNotStoredError as exc:
+                # The database refused an attempt: its output is in the spool file the
+                # error names. Say so on the run if the database takes that much.
+                try:
+                    self._store.fail_run(run_id, finished_at=self._clock(), error=str(exc))
+                except (StoreError, NotFoundError) as also:
+                    log.warning("run.fail_not_recorded", error=str(also))
+                raise
             except Exception as exc:
                 # A bug must not leave the run looking alive: record it, then let it surface.
                 log.exception("run.crashed", error_type=type(exc).__name__)
@@ -312,12 +335,13 @@ class Executor:
             )
             if not wants_retry(trigger, enabled=enabled, attempts_left=attempts_left):
                 break
-            budget = next_token_budget(
-                budget,
-                finish_reason=completion.finish_reason,
-                factor=retry.length_budget_factor,
-                ceiling=ceiling,
-            )
+            if trigger is not RetryTrigger.OVERSIZE:  # a bigger budget would not help
+                budget = next_token_budget(
+                    budget,
+                    finish_reason=completion.finish_reason,
+                    factor=retry.length_budget_factor,
+                    ceiling=ceiling,
+                )
             log.info(
                 "attempt.retry", attempt=number, trigger=str(trigger), max_output_tokens=budget
             )
@@ -339,7 +363,8 @@ class Executor:
         completion: Completion,
         started: datetime,
     ) -> _Attempt:
-        attempt_id = self._store.add_attempt(
+        cap = instruction.guardrails.max_output_bytes
+        attempt_id = self._add_attempt(
             state.run_id,
             number=number,
             started_at=started,
@@ -355,11 +380,14 @@ class Executor:
             provider_error=None,
             stream_error=completion.stream_error,
             finished_at=self._clock(),
+            max_raw_bytes=cap,
         )
         log.info(
             "attempt.stored",
             attempt=number,
             chars=len(completion.text),
+            # Over the cap only its first ``cap`` bytes were stored, and salvage skips it.
+            over_cap=bytes_over_cap(completion.text, cap) is not None,
             finish_reason=str(completion.finish_reason),
             native_finish_reason=completion.native_finish_reason,
             http_status=completion.http_status,
@@ -379,7 +407,7 @@ class Executor:
         started: datetime,
     ) -> _Attempt:
         message = str(exc)
-        attempt_id = self._store.add_attempt(
+        attempt_id = self._add_attempt(
             state.run_id,
             number=number,
             started_at=started,
@@ -400,6 +428,42 @@ class Executor:
         attempt = _Attempt(number=number, attempt_id=attempt_id, provider_error=message)
         state.attempts.append(attempt)
         return attempt
+
+    def _add_attempt(self, run_id: str, *, number: int, **fields: Any) -> str:
+        """``Store.add_attempt``; when the database refuses it, the attempt goes to the
+        spool and AttemptNotStoredError (naming the spool file) ends the run."""
+        try:
+            return self._store.add_attempt(run_id, number=number, **fields)
+        except (StoreError, NotFoundError) as refused:  # NotFound: the run row is gone
+            what = "output" if fields["raw_output"] is not None else "record"
+            where = f"attempt {number} of run {run_id}"
+            try:
+                path = self._spool_for().write(
+                    _spooled(self._store.identity, run_id, number, fields)
+                )
+            except SpoolError as also:
+                log.error(
+                    "attempt.not_stored", attempt=number, error=str(refused), spool_error=str(also)
+                )
+                raise AttemptNotStoredError(
+                    f"{where} could not be stored ({refused}), and spooling its {what} "
+                    f"failed too ({also}): it is lost",
+                    spool_file=None,
+                ) from refused
+            log.error("attempt.spooled", attempt=number, error=str(refused), spool_file=str(path))
+            raise AttemptNotStoredError(
+                f"{where} could not be stored ({refused}); its {what} was spooled to {path}: "
+                "`salvagelane db recover` (or the next command that opens the database) "
+                "imports it",
+                spool_file=str(path),
+            ) from refused
+
+    def _spool_for(self) -> Spool:
+        if self._spool is None:
+            from salvagelane import environment
+
+            self._spool = Spool(environment.spool_dir(self._store.url))
+        return self._spool
 
     # --- the outcome ----------------------------------------------------------------------
 
@@ -569,6 +633,24 @@ def _request_summary(instruction: Instruction, request: CompletionRequest) -> di
         "system": request.system,
         "user": request.user,
     }
+
+
+def _spooled(database: str, run_id: str, number: int, fields: Mapping[str, Any]) -> SpooledAttempt:
+    """The attempt ``Store.add_attempt`` was given, as the spool keeps it: the output as
+    the store would have stored it (clipped over the cap), with its full length and hash."""
+    values = dict(fields)
+    cap = values.pop("max_raw_bytes", None)
+    text = values.pop("raw_output")
+    raw = None if text is None else bound_raw(text, cap)
+    return SpooledAttempt(
+        database=database,
+        run_id=run_id,
+        number=number,
+        raw_output=None if raw is None else raw.data,
+        raw_length=None if raw is None else raw.length,
+        raw_sha256=None if raw is None else raw.sha256,
+        **values,
+    )
 
 
 def _deadline_note(instruction: Instruction, state: _RunState, error: str) -> str:

@@ -376,6 +376,12 @@ def capture_run(
     chosen = _chosen_attempt(detail, attempt)
     raw = chosen.raw_output
     assert raw is not None  # _chosen_attempt only returns attempts with raw output
+    if chosen.clipped:
+        # Replayed, the first bytes alone would pass for what the model said.
+        raise InputError(
+            f"run {detail.id}: attempt {chosen.number}'s output is stored clipped (first "
+            f"{chosen.stored_length} of {chosen.raw_length} bytes): it cannot be a fixture"
+        )
     source: dict[str, Any] = {
         "run_id": detail.id,
         "attempt": chosen.number,

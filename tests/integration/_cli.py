@@ -17,12 +17,13 @@ def command(*args: str) -> list[str]:
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This environment without the variables that would choose the database or the log
-    format for the command, unbuffered, plus ``extra``."""
+    """This environment without the variables that would choose the database, the spool
+    directory or the log format for the command, unbuffered, plus ``extra``."""
     environ = {
         key: value
         for key, value in os.environ.items()
-        if key not in {"SALVAGELANE_DATABASE_URL", "SALVAGELANE_LOG_FORMAT"}
+        if key
+        not in {"SALVAGELANE_DATABASE_URL", "SALVAGELANE_LOG_FORMAT", "SALVAGELANE_SPOOL_DIR"}
     }
     environ["PYTHONUNBUFFERED"] = "1"
     environ.update(extra or {})

@@ -77,3 +77,11 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     postgres: PostgresDatabase = request.getfixturevalue("postgres_database")
     postgres.reset()
     return postgres.url
+
+
+@pytest.fixture(autouse=True)
+def _private_state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spool directory that defaults to $XDG_STATE_HOME (PostgreSQL) lands in this test's
+    own directory, never in the home of whoever runs the tests."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    monkeypatch.delenv("SALVAGELANE_SPOOL_DIR", raising=False)

@@ -338,7 +338,10 @@ BROKEN = [
         "on: [nothing_salvaged, truncated]",
         "on: [nothing_salvaged, timeout]",
         "retry.on[1]",
-        ('expected one of "nothing_salvaged", "truncated", "provider_error", got "timeout"',),
+        (
+            'expected one of "nothing_salvaged", "truncated", "provider_error", "oversize", '
+            'got "timeout"',
+        ),
     ),
     Broken(
         "too-many-attempts",

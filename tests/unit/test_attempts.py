@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from salvagelane.core.attempts import (
 )
 from salvagelane.core.finish import FinishReason
 from salvagelane.core.records import SalvageResult
+from salvagelane.definitions import RetryOn
 
 
 def report(*items: Any) -> str:
@@ -179,3 +181,33 @@ def test_wants_retry(
     trigger: RetryTrigger | None, enabled: set[str], left: int, expected: bool
 ) -> None:
     assert wants_retry(trigger, enabled=enabled, attempts_left=left) is expected
+
+
+@pytest.mark.parametrize("finish", ["stop", "length"])
+def test_an_output_over_the_byte_cap_is_its_own_trigger(finish: str) -> None:
+    # Not nothing_salvaged (which the example definition retries): the same request tends
+    # to bring the same flood, so it is retried only when retry.on lists oversize.
+    result = salvaged(report(*GOOD), finish, max_bytes=100)
+    trigger = retry_trigger(result, max_items=7)
+    assert trigger is RetryTrigger.OVERSIZE
+    assert not wants_retry(trigger, enabled={"nothing_salvaged", "truncated"}, attempts_left=1)
+    assert wants_retry(trigger, enabled={"oversize"}, attempts_left=1)
+    assert retry_trigger(salvaged(report(*GOOD), finish, max_bytes=10_000), max_items=7) in (
+        None,
+        RetryTrigger.TRUNCATED,
+    )
+
+
+def test_correction_after_an_oversize_output_asks_for_a_much_shorter_one() -> None:
+    text = correction_prompt(
+        salvaged(report(*GOOD), max_bytes=100), finish_reason=FinishReason.STOP
+    )
+    assert "It was over the size limit, so none of it was read." in text
+    assert "- the output, oversize at $: expected at most 100 bytes of output" in text
+    assert "No list of items was found" not in text  # nothing was looked for
+
+
+def test_every_retry_trigger_can_be_listed_in_a_definition(repo_root: Path) -> None:
+    schema = json.loads((repo_root / "schemas" / "instruction.schema.json").read_text("utf-8"))
+    listed = schema["properties"]["retry"]["properties"]["on"]["items"]["enum"]
+    assert {str(t) for t in RetryTrigger} == {str(o) for o in RetryOn} == set(listed)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from salvagelane.cli.app import cli
+from salvagelane.cli.app import EXIT_INVALID, cli
 from salvagelane.cli.run_commands import database_option
 
 
 @cli.group("db")
 def db_group() -> None:
-    """The database: migrate it, see its revision."""
+    """The database: migrate it, see its revision, import spooled outputs."""
 
 
 @db_group.command("upgrade")
@@ -42,3 +42,59 @@ def db_current_command(database: str | None) -> None:
     head = head_revision()
     state = "up to date" if current == head else "run salvagelane db upgrade"
     click.echo(f"{masked_url(url)}: revision {current or 'none'} (newest {head}: {state})")
+
+
+@db_group.command("recover")
+@database_option
+def db_recover_command(database: str | None) -> None:
+    """Import model outputs that were spooled to disk while the database refused them.
+
+    When the database cannot take a model call's output (locked, full, gone), the run
+    writes it to the spool directory ($SALVAGELANE_SPOOL_DIR, else salvagelane-spool/
+    beside a SQLite file, else $XDG_STATE_HOME/salvagelane/spool) and fails naming the
+    file. Every command that opens the database imports such files first; this one does
+    it by hand and says what it did. A file is removed only once its attempt is
+    committed, and an attempt already stored is never stored twice. Exit 1 when a file
+    could not be imported (it stays, with the reason printed).
+    """
+    from salvagelane import environment
+    from salvagelane.store import Store
+    from salvagelane.store.spool import Imported, Spool, recover
+
+    url = environment.database_url(database)
+    spool = Spool(environment.spool_dir(url))
+    with Store.open(url) as store:
+        recovery = recover(store, spool)
+        where = store.url
+    click.echo(f"{where}: spool {spool.directory}")
+    for done in recovery.files:
+        if done.removed and done.entry is not None:
+            size = (
+                "no output" if done.entry.raw_length is None else f"{done.entry.raw_length:,} bytes"
+            )
+            verb = "imported" if done.outcome is Imported.IMPORTED else "already stored, removed"
+            click.echo(
+                f"  {verb}: attempt {done.entry.number} of run {done.entry.run_id} "
+                f"({size}) from {done.path.name}"
+            )
+        elif done.other_database:
+            click.echo(f"  left for its database: {done.path.name}: {done.problem}")
+        elif done.outcome in (Imported.IMPORTED, Imported.ALREADY_STORED):
+            click.echo(f"  stored, but the file stays: {done.problem}")
+        else:
+            click.echo(f"  NOT imported, kept: {done.path}: {done.problem}")
+    stored = (Imported.IMPORTED, Imported.ALREADY_STORED)
+    unremoved = sum(done.outcome in stored for done in recovery.failed)
+    summary = (
+        f"{len(recovery.imported)} imported, "
+        f"{len(recovery.failed) - unremoved} could not be imported"
+        if recovery.files
+        else "nothing to recover"
+    )
+    if unremoved:
+        summary += f", {unremoved} stored but not removed"
+    if recovery.elsewhere:
+        summary += f", {len(recovery.elsewhere)} left for another database"
+    click.echo(summary)
+    if recovery.failed:
+        raise click.exceptions.Exit(EXIT_INVALID)

@@ -10,7 +10,7 @@ from typing import Any
 
 from salvagelane.errors import NotFoundError
 from salvagelane.executor import RunOutcome
-from salvagelane.store import RunDetail, RunSummary
+from salvagelane.store import AttemptView, RunDetail, RunSummary
 from salvagelane.tables import aligned
 
 _ITEM_WIDTH = 110
@@ -132,6 +132,8 @@ def run_detail(detail: RunDetail) -> str:
         lines.append(
             f"  #{attempt.number}  {size}, finish {finish}, {status}, model {attempt.model or '-'}"
         )
+        if clipped := clipped_note(attempt):
+            lines.append(f"      {clipped}")
         for label, text in (
             ("provider error", attempt.provider_error),
             ("stream", attempt.stream_error),
@@ -179,8 +181,18 @@ def run_detail(detail: RunDetail) -> str:
     return "\n".join(lines)
 
 
+def clipped_note(attempt: AttemptView) -> str | None:
+    """What a clipped stored output lacks, or None when all of it is stored."""
+    if not attempt.clipped:
+        return None
+    return (
+        f"output clipped: first {attempt.stored_length:,} of {attempt.raw_length:,} bytes "
+        f"stored (over max_output_bytes), sha256 {attempt.raw_sha256}"
+    )
+
+
 def raw_output(detail: RunDetail, number: int) -> str:
-    """The raw output of attempt ``number``, exactly as stored."""
+    """The raw output of attempt ``number``, exactly as stored (see :func:`clipped_note`)."""
     for attempt in detail.attempts:
         if attempt.number == number:
             if attempt.raw_output is None:

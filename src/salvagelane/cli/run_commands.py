@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -40,12 +41,45 @@ instructions_option = click.option(
 
 @contextmanager
 def open_store(database: str | None) -> Iterator[Store]:
-    """The store at ``database`` (or the environment's default), upgraded if new."""
+    """The store at ``database`` (or the environment's default), upgraded if new, with
+    the model outputs spooled while it refused them imported."""
     from salvagelane import environment
     from salvagelane.store import Store
 
-    with Store.open(environment.database_url(database)) as store:
+    url = environment.database_url(database)
+    with Store.open(url) as store:
+        recover_spooled(store, url)
         yield store
+
+
+def recover_spooled(store: Store, url: str) -> None:
+    """Import the outputs spooled for ``store`` (at ``url``) before a command's own work.
+
+    Never fatal: what cannot be imported stays in the spool, is logged, and
+    ``salvagelane db recover`` reports it.
+    """
+    from salvagelane import environment
+    from salvagelane.errors import SpoolError, StoreError
+    from salvagelane.logs import get_logger
+    from salvagelane.store.spool import Spool, recover
+
+    log = get_logger("salvagelane.spool")
+    try:
+        spool = Spool(environment.spool_dir(url))
+        recovery = recover(store, spool)
+    except (SpoolError, StoreError) as exc:
+        log.warning("spool.not_recovered", error=str(exc))
+        return
+    for done in recovery.files:
+        if done.entry is not None and done.removed:
+            log.info(
+                f"spool.{done.outcome}",
+                run_id=done.entry.run_id,
+                attempt=done.entry.number,
+                spool_file=str(done.path),
+            )
+        elif not done.other_database:
+            log.warning("spool.kept", spool_file=str(done.path), problem=done.problem)
 
 
 def find_instruction(reference: str, directory: Path) -> Instruction:
@@ -266,7 +300,19 @@ def runs_show_command(
     with open_store(database) as store:
         detail = store.get_run(run_id)
     if raw_attempt is not None:
-        click.echo(render.raw_output(detail, raw_attempt), nl=False)
+        text = render.raw_output(detail, raw_attempt)
+        clipped = next(
+            (render.clipped_note(a) for a in detail.attempts if a.number == raw_attempt), None
+        )
+        if clipped:
+            click.echo(f"salvagelane: warning: attempt {raw_attempt}: {clipped}", err=True)
+        # The stored bytes themselves, whatever the terminal's encoding: a clipped output
+        # may end inside a character, and a model's bytes need not be UTF-8 at all.
+        from salvagelane.store.repository import encode_raw
+
+        sys.stdout.flush()
+        sys.stdout.buffer.write(encode_raw(text))
+        sys.stdout.buffer.flush()
         return
     if as_json:
         click.echo(json.dumps(render.to_json(detail), indent=2, ensure_ascii=False))

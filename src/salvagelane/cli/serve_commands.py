@@ -11,7 +11,7 @@ from types import FrameType
 import click
 
 from salvagelane.cli.app import cli
-from salvagelane.cli.run_commands import database_option, instructions_option
+from salvagelane.cli.run_commands import database_option, instructions_option, recover_spooled
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -114,6 +114,7 @@ def serve_command(
         sys.stdout.flush()  # a pipe (a supervisor, a test) sees each line as it happens
 
     with Store.open(url) as store, httpx.Client() as client:
+        recover_spooled(store, url)
         service = Service(
             settings,
             store=store,

@@ -24,20 +24,31 @@ class RetryTrigger(enum.StrEnum):
     NOTHING_SALVAGED = "nothing_salvaged"
     TRUNCATED = "truncated"
     PROVIDER_ERROR = "provider_error"
+    OVERSIZE = "oversize"
 
 
 def retry_trigger(result: SalvageResult, *, max_items: int | None) -> RetryTrigger | None:
     """Why ``result`` deserves another attempt, or None when it is good enough.
 
-    ``nothing_salvaged``: no item was accepted. ``truncated``: the output was cut and
-    the report holds fewer items than the cap, so whatever lay past the cut is missing.
-    A truncated answer that already filled the cap loses nothing a retry could win back.
+    ``oversize``: the whole output was over the byte cap and not scanned; its own
+    trigger, because the same request tends to bring the same flood (off unless a
+    definition lists it). ``nothing_salvaged``: no item was accepted. ``truncated``: the
+    output was cut and the report holds fewer items than the cap, so whatever lay past
+    the cut is missing. A truncated answer that already filled the cap loses nothing a
+    retry could win back.
     """
+    if is_oversize(result):
+        return RetryTrigger.OVERSIZE
     if not result.items:
         return RetryTrigger.NOTHING_SALVAGED
     if result.truncated and (max_items is None or len(result.items) < max_items):
         return RetryTrigger.TRUNCATED
     return None
+
+
+def is_oversize(result: SalvageResult) -> bool:
+    """Whether ``result`` is an output over the byte cap (quarantined whole, unscanned)."""
+    return any(item.reason is Reason.OVERSIZE and item.index is None for item in result.quarantined)
 
 
 def next_token_budget(
@@ -71,7 +82,12 @@ def correction_prompt(
             "Write a shorter report: fewer items and shorter text, and close every "
             "bracket and string."
         )
-    if not result.items_found:
+    if is_oversize(result):
+        lines.append(
+            "It was over the size limit, so none of it was read. Write a much shorter "
+            "report: fewer items and shorter text."
+        )
+    elif not result.items_found:
         lines.append("No list of items was found where the output contract puts it.")
     listed = 0
     for item in result.quarantined:

@@ -35,6 +35,7 @@ class RetryOn(enum.StrEnum):
     NOTHING_SALVAGED = "nothing_salvaged"
     TRUNCATED = "truncated"
     PROVIDER_ERROR = "provider_error"
+    OVERSIZE = "oversize"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -77,15 +77,35 @@ def describe(exc: BaseException) -> str:
 
 
 def make_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> Engine:
-    """An engine for ``url`` (normalised by :func:`database_url`), set up for salvagelane."""
+    """An engine for ``url`` (normalised by :func:`database_url`), set up for salvagelane.
+
+    A SQLite URL's ``?timeout=SECONDS`` (the sqlite3 module's own parameter) sets the busy
+    timeout instead of ``busy_timeout``.
+    """
     url = database_url(url)
     with store_errors(url, "create engine"):
-        if sa.make_url(url).get_backend_name() == "postgresql":
+        parsed = sa.make_url(url)
+        if parsed.get_backend_name() == "postgresql":
             # A pooled connection may have been closed by the server since its last use.
             return sa.create_engine(url, pool_pre_ping=True)
+        if "timeout" in parsed.query:
+            busy_timeout = _seconds(parsed, parsed.query["timeout"])
         engine = sa.create_engine(url, connect_args={"timeout": busy_timeout})
     _configure_sqlite(engine, busy_timeout)
     return engine
+
+
+def _seconds(url: URL, value: str | tuple[str, ...]) -> float:
+    text = value if isinstance(value, str) else value[-1]
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise StoreError(
+            f"{masked_url(url)}: timeout={text!r}: expected the busy timeout in seconds"
+        )
+    return seconds
 
 
 def _wal_switch_race(exc: BaseException) -> bool:

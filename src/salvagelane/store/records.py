@@ -107,7 +107,8 @@ class RunSummary:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AttemptView:
-    """A stored model call. ``raw_output`` is the model's text exactly as received."""
+    """A stored model call. ``raw_output`` is the model's text exactly as received, or its
+    beginning when the output was over the cap (see :attr:`clipped`)."""
 
     id: str
     run_id: str
@@ -126,6 +127,21 @@ class AttemptView:
     provider_error: str | None
     stream_error: str | None
     outcome: Mapping[str, JSONValue] | None
+    # The output as received (bytes, SHA-256), and how many of its bytes are stored:
+    # fewer when it was over the definition's max_output_bytes. None for attempts
+    # without output, and for lengths and hashes of attempts stored before 0005.
+    raw_length: int | None = None
+    raw_sha256: str | None = None
+    stored_length: int | None = None
+
+    @property
+    def clipped(self) -> bool:
+        """Whether only the first ``stored_length`` of ``raw_length`` bytes are stored."""
+        return (
+            self.raw_length is not None
+            and self.stored_length is not None
+            and self.stored_length < self.raw_length
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -7,11 +7,13 @@ once; an unknown id is a NotFoundError.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from datetime import datetime
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
@@ -54,6 +56,7 @@ from salvagelane.store.records import (
     SinkDeliveryView,
     Trigger,
 )
+from salvagelane.store.spool import Imported, SpooledAttempt
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -90,6 +93,28 @@ def encode_raw(text: str) -> bytes:
 def decode_raw(data: bytes) -> str:
     """The inverse of :func:`encode_raw` for every text that came from bytes."""
     return data.decode("utf-8", "surrogateescape")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BoundedRaw:
+    """A model output as stored: ``data`` is all of it, or its first ``cap`` bytes when it
+    was longer; ``length`` and ``sha256`` describe all of it (UTF-8 as
+    :func:`encode_raw` writes it)."""
+
+    data: bytes
+    length: int
+    sha256: str
+
+    @property
+    def clipped(self) -> bool:
+        return len(self.data) < self.length
+
+
+def bound_raw(text: str, max_bytes: int | None) -> BoundedRaw:
+    """``text`` as stored under a cap of ``max_bytes`` bytes (None: no cap)."""
+    data = encode_raw(text)
+    stored = data if max_bytes is None or len(data) <= max_bytes else data[:max_bytes]
+    return BoundedRaw(data=stored, length=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
 class Store:
@@ -142,6 +167,15 @@ class Store:
     def url(self) -> str:
         """The database URL, password masked."""
         return masked_url(self._engine.url)
+
+    @property
+    def identity(self) -> str:
+        """This database as a spool file names it: the URL without password or options, a
+        SQLite file by its absolute path."""
+        url = self._engine.url.set(query={})
+        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+            url = url.set(database=str(Path(url.database or "").resolve()))
+        return masked_url(url)
 
     @property
     def quarantine(self) -> QuarantineLane:
@@ -364,9 +398,16 @@ class Store:
         provider_error: str | None,
         stream_error: str | None,
         finished_at: datetime | None,
+        max_raw_bytes: int | None = None,
     ) -> str:
-        """Store a model call, committed at once: the raw output is safe before parsing."""
+        """Store a model call, committed at once: the raw output is safe before parsing.
+
+        An output over ``max_raw_bytes`` (the definition's ``max_output_bytes``) is stored
+        clipped to its first ``max_raw_bytes`` bytes; its full length and SHA-256 are
+        stored with every output.
+        """
         attempt_id = _new_id()
+        raw = None if raw_output is None else bound_raw(raw_output, max_raw_bytes)
         with self._transaction(f"add attempt {number} to run {run_id}") as session:
             _get_run(session, run_id)
             session.add(
@@ -377,7 +418,9 @@ class Store:
                     started_at=started_at,
                     finished_at=finished_at,
                     request=request,
-                    raw_output=None if raw_output is None else encode_raw(raw_output),
+                    raw_output=None if raw is None else raw.data,
+                    raw_length=None if raw is None else raw.length,
+                    raw_sha256=None if raw is None else raw.sha256,
                     finish_reason=finish_reason,
                     native_finish_reason=native_finish_reason,
                     usage=usage,
@@ -390,6 +433,33 @@ class Store:
                 )
             )
         return attempt_id
+
+    def import_spooled_attempt(self, entry: SpooledAttempt) -> Imported:
+        """Add a spooled attempt to its run, whatever the run's status, committed.
+
+        Idempotent: when the run already holds an attempt of that number the file's import
+        committed before (ALREADY_STORED) or another attempt took the number (CONFLICT);
+        nothing is written either way. NO_RUN when this database has no such run.
+        """
+        operation = f"import spooled attempt {entry.number} of run {entry.run_id}"
+        try:
+            with self._transaction(operation) as session:
+                if session.get(Run, entry.run_id) is None:
+                    return Imported.NO_RUN
+                stored = _attempt_numbered(session, entry.run_id, entry.number)
+                if stored is not None:
+                    return _compare_spooled(stored, entry)
+                session.add(Attempt(id=_new_id(), **_values(entry, omit={"database"})))
+                return Imported.IMPORTED
+        except StoreError as exc:
+            # Two importers racing (PostgreSQL): the loser finds the winner's row.
+            if not isinstance(exc.__cause__, sa.exc.IntegrityError):
+                raise
+            with self._transaction(operation) as session:
+                stored = _attempt_numbered(session, entry.run_id, entry.number)
+                if stored is None:
+                    raise
+                return _compare_spooled(stored, entry)
 
     def set_attempt_outcome(self, attempt_id: str, outcome: Mapping[str, Any]) -> None:
         """Attach the salvage outcome (counts, status) to an attempt."""
@@ -671,6 +741,22 @@ def _get_run(session: Session, run_id: str, *, for_update: bool = False) -> Run:
     return run
 
 
+def _attempt_numbered(session: Session, run_id: str, number: int) -> Attempt | None:
+    return session.scalars(
+        sa.select(Attempt).where(Attempt.run_id == run_id, Attempt.number == number)
+    ).one_or_none()
+
+
+def _compare_spooled(stored: Attempt, entry: SpooledAttempt) -> Imported:
+    same = (
+        stored.raw_output == entry.raw_output
+        and stored.raw_length == entry.raw_length
+        and stored.raw_sha256 == entry.raw_sha256
+        and stored.provider_error == entry.provider_error
+    )
+    return Imported.ALREADY_STORED if same else Imported.CONFLICT
+
+
 def _running_run(session: Session, run_id: str) -> Run:
     """The run, which must still be running: a run is finished exactly once."""
     run = _get_run(session, run_id)
@@ -784,7 +870,8 @@ def _view(cls: type[V], row: object, **computed: Any) -> V:
 
 def _attempt_view(row: Attempt) -> AttemptView:
     raw = None if row.raw_output is None else decode_raw(row.raw_output)
-    return _view(AttemptView, row, raw_output=raw)
+    stored = None if row.raw_output is None else len(row.raw_output)
+    return _view(AttemptView, row, raw_output=raw, stored_length=stored)
 
 
 def _report_view(session: Session, run_id: str) -> ReportView | None:
