@@ -16,3 +16,11 @@ def take(payload: dict[str, Any]) -> None:
         raise ConnectionError("the consumer is down")
     with _guard:
         received.append(payload)
+
+
+HOSTILE = "refused \x1b[2J\x1b]0;owned\x07 by\u202e the consumer"
+"""An error message that would clear the screen, retitle the terminal and reverse text."""
+
+
+def hostile(payload: dict[str, Any]) -> None:
+    raise RuntimeError(HOSTILE)
