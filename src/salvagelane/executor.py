@@ -5,7 +5,9 @@ database before it is parsed, so a crash or a bug in salvage can never lose what
 model said; the report, its items and the quarantine are then written in one
 transaction, so a failure there leaves no half-written report (the run stays
 ``running`` until the scheduler marks it interrupted). Sinks run last and can only
-record their own failure: they never touch the stored report.
+record their own failure: they never touch the stored report. Each delivery is
+written ``pending`` with the report (see :mod:`salvagelane.delivery`), so a process that
+dies while delivering leaves it due, never silently undelivered.
 """
 
 from __future__ import annotations
@@ -43,18 +45,33 @@ from salvagelane.definitions import (
     resolve_allow_lists,
     resolve_context,
 )
+from salvagelane.delivery import (
+    DEFAULT_POLICY,
+    DeliveryPolicy,
+    deliver_claimed,
+    pending_deliveries,
+)
+from salvagelane.delivery import deliver_report as deliver_report  # its former home
 from salvagelane.errors import (
     AttemptNotStoredError,
+    ConfigurationError,
     ConnectorError,
     DefinitionError,
     NotFoundError,
     ProviderError,
+    SinkError,
     SpoolError,
     StoreError,
 )
 from salvagelane.logs import bound, get_logger
-from salvagelane.sinks import DeliveryOutcome, Sink, deliver_all
-from salvagelane.store import QuarantineRecord, ReportItemRecord, ReportRecord, Store
+from salvagelane.sinks import DeliveryOutcome, Sink
+from salvagelane.store import (
+    ClaimedDelivery,
+    QuarantineRecord,
+    ReportItemRecord,
+    ReportRecord,
+    Store,
+)
 from salvagelane.store.repository import bound_raw
 from salvagelane.store.spool import Spool, SpooledAttempt
 
@@ -132,6 +149,8 @@ class _RunState:
     run_id: str
     attempts: list[_Attempt] = field(default_factory=list)
     deadline_passed: bool = False
+    sinks: tuple[Sink, ...] = ()
+    claims: list[ClaimedDelivery] = field(default_factory=list)
 
 
 def _utc_now() -> datetime:
@@ -153,11 +172,13 @@ class Executor:
         heartbeat_seconds: float = 15.0,
         on_claimed: ClaimObserver | None = None,
         spool: Spool | None = None,
+        delivery_policy: DeliveryPolicy = DEFAULT_POLICY,
     ):
         self._store = store
         # Where an attempt goes when the database refuses it; by default the spool
         # directory the environment names for this database.
         self._spool = spool
+        self._delivery_policy = delivery_policy
         self._on_claimed = on_claimed
         self._connector_for = connector_for
         self._sinks_for = sinks_for
@@ -202,6 +223,7 @@ class Executor:
             )
             try:
                 with self._heartbeat(run_id), reference_time(scheduled_for or started):
+                    state.sinks = self._build_sinks(instruction)
                     outcome = self._execute(instruction, state)
             except DefinitionError as exc:
                 outcome = self._fail(instruction, state, f"definition: {exc}")
@@ -222,8 +244,8 @@ class Executor:
                     error=f"internal error: {type(exc).__name__}: {exc}",
                 )
                 raise
-            if self._has_report(state):
-                outcome = self._deliver(instruction, outcome)
+            if state.claims:
+                outcome = self._deliver(state, outcome)
             log.info(
                 "run.finished",
                 status=outcome.status,
@@ -514,13 +536,17 @@ class Executor:
                 for item in result.items
             ],
         )
-        self._store.finish_run(
+        finished_at = self._clock()
+        state.claims = self._store.finish_run(
             state.run_id,
             status=str(status),
-            finished_at=self._clock(),
+            finished_at=finished_at,
             error=failure,
             report=report,
             quarantined=quarantined,
+            deliveries=pending_deliveries(
+                state.sinks, now=finished_at, policy=self._delivery_policy
+            ),
         )
         return RunOutcome(
             run_id=state.run_id,
@@ -553,48 +579,30 @@ class Executor:
             error=error,
         )
 
-    @staticmethod
-    def _has_report(state: _RunState) -> bool:
-        return any(a.result is not None for a in state.attempts)
-
     # --- delivery -------------------------------------------------------------------------
 
-    def _deliver(self, instruction: Instruction, outcome: RunOutcome) -> RunOutcome:
+    def _build_sinks(self, instruction: Instruction) -> tuple[Sink, ...]:
+        """The instruction's sinks, built before the model is called: a sink that cannot
+        be built fails the run before anything is paid for, and the report's deliveries
+        are known when it is written."""
         if not instruction.sinks:
-            return outcome
-        deliveries = deliver_report(
+            return ()
+        try:
+            return tuple(self._sinks_for(instruction))
+        except (ConfigurationError, SinkError) as exc:
+            raise DefinitionError(f"sinks: {exc}", source=str(instruction.source)) from exc
+
+    def _deliver(self, state: _RunState, outcome: RunOutcome) -> RunOutcome:
+        """Send the report to the deliveries written with it, which this process holds."""
+        payload = self._store.get_report_payload(state.run_id)
+        deliveries = deliver_claimed(
             self._store,
-            outcome.run_id,
-            self._sinks_for(instruction),
+            zip(state.claims, state.sinks, strict=True),
+            payload,
             clock=self._clock,
+            policy=self._delivery_policy,
         )
         return dataclasses.replace(outcome, deliveries=deliveries)
-
-
-def deliver_report(
-    store: Store, run_id: str, sinks: Sequence[Sink], *, clock: Clock = _utc_now
-) -> tuple[DeliveryOutcome, ...]:
-    """Deliver a stored run's report, as stored, to ``sinks``; record each delivery on the
-    run. The executor calls it after a run; ``salvagelane runs redeliver`` after a sink
-    failed."""
-    payload = store.get_report_payload(run_id)
-    outcomes = tuple(deliver_all(sinks, payload))
-    for delivery in outcomes:
-        store.record_sink_delivery(
-            run_id,
-            target=delivery.target,
-            kind=delivery.kind,
-            status="delivered" if delivery.ok else "failed",
-            error=delivery.error,
-            attempted_at=clock(),
-        )
-        if delivery.ok:
-            log.info("sink.delivered", target=delivery.target, kind=delivery.kind)
-        else:
-            log.warning(
-                "sink.failed", target=delivery.target, kind=delivery.kind, error=delivery.error
-            )
-    return outcomes
 
 
 # --- helpers ---------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from salvagelane.definitions import (
     duplicate_id_check,
     load_instruction,
 )
+from salvagelane.delivery import redeliver_due, sinks_from_definitions
 from salvagelane.errors import (
     ConfigurationError,
     DefinitionError,
@@ -258,9 +259,10 @@ class Service:
         self._settled: dict[str, datetime] = {}
         self.abandoned_runs: tuple[str, ...] = ()
         """Runs still executing when the node stopped (marked interrupted)."""
+        self._redelivery: threading.Thread | None = None
         self.unfinished_fires = 0
-        """Fire threads still working when the node stopped (they may still use the HTTP
-        client: the process should exit without closing it under them)."""
+        """Fire or delivery threads still working when the node stopped (they may still
+        use the HTTP client: the process should exit without closing it under them)."""
 
     # --- control, from signal handlers ----------------------------------------------------
 
@@ -370,6 +372,7 @@ class Service:
                 now = self._clock()
                 self._submit(self.recover(now))
                 self.settle(now)
+                self._redeliver_in_background()
         finally:
             self._step_down(lost=lost)
 
@@ -387,7 +390,11 @@ class Service:
             self._announce(
                 f"stopping: waiting up to {timeout:g} s for {len(waiting)} run(s) to finish"
             )
+        began = time.monotonic()
         self._wait_for_fires(timeout)
+        redelivery = self._redelivery
+        if redelivery is not None:
+            redelivery.join(max(0.0, timeout - (time.monotonic() - began)))
         abandoned = self.in_flight
         for run_id, instruction_id in sorted(abandoned.items()):
             with bound(run_id=run_id, instruction=instruction_id):
@@ -407,7 +414,9 @@ class Service:
                     log.warning("run.interrupted", reason="shutdown timeout")
         self.abandoned_runs = tuple(sorted(abandoned))
         with self._guard:
-            self.unfinished_fires = self._active_fires
+            self.unfinished_fires = self._active_fires + int(
+                redelivery is not None and redelivery.is_alive()
+            )
         if not lost:
             # Still the leader: no fire due by now may be left without an outcome. (A
             # node that lost the lock leaves that to the node that took it.)
@@ -418,6 +427,25 @@ class Service:
     @property
     def _stop_reason(self) -> str:
         return self._flags.stop_reason or "stop requested"
+
+    def _redeliver_in_background(self) -> None:
+        """Retry the deliveries that are due (failed ones after their backoff, pending ones
+        whose process died), one pass at a time in a thread of its own: a slow sink must
+        not hold up the poll loop that notices dead runs and settles fires."""
+        if self._redelivery is not None and self._redelivery.is_alive():
+            return
+        sinks_for_run = sinks_from_definitions(self._definitions, self._sinks_for)
+
+        def deliver() -> None:
+            try:
+                redeliver_due(
+                    self._store, sinks_for_run=sinks_for_run, now=self._clock(), clock=self._clock
+                )
+            except SalvagelaneError:
+                log.exception("delivery.redeliver_failed")
+
+        self._redelivery = threading.Thread(target=deliver, name="redeliver", daemon=True)
+        self._redelivery.start()
 
     def _wait_for_fires(self, timeout: float) -> None:
         """Until every fire thread past the gate is done, or ``timeout`` seconds."""

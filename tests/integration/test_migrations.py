@@ -233,6 +233,31 @@ def test_downgrade_below_fire_retries_refuses_while_a_retry_exists(database_url:
         assert len(store.list_runs()) == 2
 
 
+def test_downgrade_below_the_outbox_refuses_while_a_delivery_is_pending(database_url: str) -> None:
+    upgrade(database_url)
+    with Store.open(database_url, auto_upgrade=False) as store:
+        run_id, _ = _seed_finished_run(store, scheduled_for=None, items=1)
+        # An operator's redelivery starts: the delivery is pending until its result.
+        claim = store.deliveries.claim_target(
+            run_id, kind="webhook", target="https://hooks.test/r", now=NOW, lease_until=NOW
+        )
+
+    with pytest.raises(RuntimeError, match="1 sink delivery\\(ies\\) are pending"):
+        downgrade(database_url, "0004")
+
+    assert current_revision(database_url) == head_revision()
+    with Store.open(database_url, auto_upgrade=False) as store:
+        assert store.get_run(run_id).sink_status == "pending"
+        assert store.deliveries.record_result(claim, error=None, now=NOW) is not None
+    # Delivered: nothing would be lost, so the way down is open (and back up).
+    downgrade(database_url, "0004")
+    assert current_revision(database_url) == "0004"
+    upgrade(database_url)
+    with Store.open(database_url, auto_upgrade=False) as store:
+        [delivery] = store.get_run(run_id).deliveries
+    assert (delivery.status, delivery.attempts) == ("delivered", 1)
+
+
 def _seed_finished_run(
     store: Store, *, scheduled_for: datetime | None, items: int
 ) -> tuple[str, str]:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from salvagelane.delivery import Redelivery
 from salvagelane.errors import NotFoundError
 from salvagelane.executor import RunOutcome
-from salvagelane.store import AttemptView, RunDetail, RunSummary
+from salvagelane.sinks import DeliveryOutcome
+from salvagelane.store import AttemptView, RunDetail, RunSummary, SinkDeliveryView
 from salvagelane.tables import aligned
 
 _ITEM_WIDTH = 110
@@ -38,8 +41,21 @@ def _by_reason(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{reason} {n}" for reason, n in counts.items())
 
 
+# C0 and C1 controls (ESC starts every terminal escape sequence), and the invisible
+# characters that reorder what follows them (bidirectional overrides and isolates).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 def one_line(text: str, width: int) -> str:
-    flat = " ".join(text.split())
+    """Untrusted ``text`` (model output, a server's error body) fit for one terminal line:
+    whitespace runs as one space, control and direction characters shown as escapes
+    (``\\x1b``), at most ``width`` characters."""
+    flat = _UNSAFE.sub(_escaped, " ".join(text.split()))
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
@@ -64,7 +80,7 @@ def run_outcome(outcome: RunOutcome, database: str) -> str:
     if outcome.error:
         lines.append(f"error        {outcome.error}")
     for delivery in outcome.deliveries:
-        state = "delivered" if delivery.ok else f"FAILED: {delivery.error}"
+        state = "delivered" if delivery.ok else f"FAILED: {one_line(delivery.error or '', 200)}"
         lines.append(f"sink         {delivery.kind} {delivery.target}: {state}")
     lines.append(f"database     {database}")
     lines.append(f"details      salvagelane runs show {outcome.run_id[:8]}")
@@ -95,7 +111,7 @@ def runs_table(runs: Sequence[RunSummary]) -> str:
                 run.instruction_id,
                 run.trigger + (" retry" if run.retry_of else ""),
                 when(run.scheduled_for),
-                run.status + (" (sink failed)" if run.sink_status == "failed" else ""),
+                run.status + _undelivered(run.sink_status),
                 str(run.kept_count),
                 str(run.quarantined_count),
                 run.finish_reason or "-",
@@ -175,9 +191,14 @@ def run_detail(detail: RunDetail) -> str:
             f"      span {held.span_start}-{held.span_end}, sha256 {(held.sha256 or '-')[:12]}: "
             f"{one_line(held.snippet or '', _SNIPPET_WIDTH)!r}"
         )
-    for delivery in detail.deliveries:
-        state = delivery.status + (f": {delivery.error}" if delivery.error else "")
-        lines.append(f"sink         {delivery.kind} {delivery.target}: {state}")
+    if detail.deliveries:
+        lines.append("")
+        lines.append(f"deliveries ({len(detail.deliveries)}): {detail.sink_status}")
+        for delivery in detail.deliveries:
+            lines.append(f"  #{delivery.id} {delivery.kind} {delivery.target}")
+            lines.append(f"      {_delivery_state(delivery)}")
+            if delivery.error:
+                lines.append(f"      {one_line(delivery.error, _ITEM_WIDTH)}")
     return "\n".join(lines)
 
 
@@ -189,6 +210,61 @@ def clipped_note(attempt: AttemptView) -> str | None:
         f"output clipped: first {attempt.stored_length:,} of {attempt.raw_length:,} bytes "
         f"stored (over max_output_bytes), sha256 {attempt.raw_sha256}"
     )
+
+
+def _undelivered(sink_status: str | None) -> str:
+    """The ``runs list`` marker of a report some sink has not received (yet)."""
+    return f" (sink {sink_status})" if sink_status in ("pending", "failed") else ""
+
+
+def _delivery_state(delivery: SinkDeliveryView) -> str:
+    """A delivery's status, tries and when it is tried next, e.g. ``failed on attempt
+    2 at 2026-11-21 09:00:00, next attempt 2026-11-21 09:02:00``."""
+    tries = f"attempt {delivery.attempts}"
+    if delivery.status == "pending":
+        # A pending delivery is being tried, or its process stopped: the lease says when
+        # another process takes it over.
+        state = f"pending since {when(delivery.attempted_at)} ({tries})"
+    else:
+        state = f"{delivery.status} on {tries} at {when(delivery.attempted_at)}"
+    if delivery.status != "delivered":
+        state += (
+            f", next attempt {when(delivery.next_attempt_at)}"
+            if delivery.next_attempt_at is not None
+            else ", given up (salvagelane runs redeliver --pending)"
+        )
+    return state
+
+
+def delivery_line(delivery: DeliveryOutcome) -> str:
+    """``runs redeliver RUN_ID``: how delivering to one sink went."""
+    state = "delivered" if delivery.ok else f"failed: {one_line(delivery.error or '', 200)}"
+    return f"{delivery.kind:<10} {delivery.target}  {state}"
+
+
+def redelivery_line(result: Redelivery) -> str:
+    """``runs redeliver --pending``: one delivery taken by hand, as stored afterwards."""
+    delivery = result.delivery
+    if result.skipped is not None:
+        state = f"not tried: {one_line(result.skipped, 200)}"
+    elif delivery.status == "delivered":
+        state = f"delivered on attempt {delivery.attempts}"
+    else:
+        state = f"{delivery.status} on attempt {delivery.attempts}"
+        state += (
+            f", next attempt {when(delivery.next_attempt_at)}"
+            if delivery.next_attempt_at is not None
+            else ", given up"
+        )
+        if delivery.error:
+            state += f": {one_line(delivery.error, 200)}"
+    return f"{delivery.run_id[:8]}  {delivery.kind:<10} {delivery.target}  {state}"
+
+
+def redelivery_summary(*, tried: int, delivered: int) -> str:
+    if tried == 0:
+        return "nothing to deliver: every stored report reached its sinks"
+    return f"{delivered} of {tried} deliveries delivered"
 
 
 def raw_output(detail: RunDetail, number: int) -> str:

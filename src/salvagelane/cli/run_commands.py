@@ -14,12 +14,15 @@ import click
 
 from salvagelane.cli import render
 from salvagelane.cli.app import EXIT_INVALID, cli
-from salvagelane.errors import DefinitionError, NotFoundError
+from salvagelane.errors import DefinitionError, NotFoundError, SalvagelaneError
 
 if TYPE_CHECKING:  # imported lazily at run time: `salvage` and `check` never need them
+    import httpx
+
     from salvagelane.definitions import Instruction
     from salvagelane.errors import DuplicateFireError
-    from salvagelane.store import RunSummary, Store
+    from salvagelane.sinks import Sink
+    from salvagelane.store import DeliveryRun, RunSummary, Store
 
 DATABASE_HELP = (
     "Database URL (sqlite:///file.db or postgresql://...). "
@@ -321,31 +324,80 @@ def runs_show_command(
 
 
 @runs_group.command("redeliver")
-@click.argument("run_id")
+@click.argument("run_id", required=False)
+@click.option(
+    "--pending",
+    "pending",
+    is_flag=True,
+    help="Deliver every undelivered report (pending or failed deliveries of all runs), "
+    "due or not, given up or not.",
+)
 @instructions_option
 @database_option
-def runs_redeliver_command(run_id: str, instructions_dir: Path, database: str | None) -> None:
-    """Deliver a stored run's report to its instruction's sinks again (after a sink failed).
+def runs_redeliver_command(
+    run_id: str | None, pending: bool, instructions_dir: Path, database: str | None
+) -> None:
+    """Deliver a stored run's report to its instruction's sinks again (RUN_ID), or deliver
+    every report a sink has not received yet (--pending).
 
-    The stored report is read as it is; nothing is recomputed. Exit 1 if a sink fails again.
+    The stored report is read as it is; nothing is recomputed. The sinks are those of
+    today's definitions. Prints one line per delivery. Exit 0 when every delivery was
+    delivered, 1 when any failed (or could not be tried), 2 on a usage error.
     """
     import httpx
 
-    from salvagelane.executor import deliver_report
+    from salvagelane.delivery import deliver_report, redeliver_open
     from salvagelane.logs import bound
     from salvagelane.sinks import build_sinks
 
+    if (run_id is None) == (not pending):
+        raise click.UsageError("expected a RUN_ID or --pending (one of them)")
     with open_store(database) as store, httpx.Client() as client:
-        detail = store.get_run(run_id)
-        definition = find_instruction(detail.instruction_id, instructions_dir)
-        if not definition.sinks:
-            raise click.UsageError(f"instruction {definition.id!r} defines no sinks")
-        with bound(run_id=detail.id, instruction=definition.id):
-            deliveries = deliver_report(
-                store, detail.id, build_sinks(definition.sinks, client=client)
-            )
-    for delivery in deliveries:
-        state = "delivered" if delivery.ok else f"failed: {delivery.error}"
-        click.echo(f"{delivery.kind:<10} {delivery.target}  {state}")
-    if not all(delivery.ok for delivery in deliveries):
+        if pending:
+            definitions = _DefinitionSinks(instructions_dir, client)
+            tried = delivered = 0
+            for result in redeliver_open(store, sinks_for_run=definitions.sinks_for_run):
+                click.echo(render.redelivery_line(result))
+                tried += 1
+                delivered += result.ok
+            click.echo(render.redelivery_summary(tried=tried, delivered=delivered))
+            failed = delivered < tried
+        else:
+            assert run_id is not None
+            detail = store.get_run(run_id)
+            definition = find_instruction(detail.instruction_id, instructions_dir)
+            if not definition.sinks:
+                raise click.UsageError(f"instruction {definition.id!r} defines no sinks")
+            with bound(run_id=detail.id, instruction=definition.id):
+                deliveries = deliver_report(
+                    store, detail.id, build_sinks(definition.sinks, client=client)
+                )
+            for delivery in deliveries:
+                click.echo(render.delivery_line(delivery))
+            failed = not all(delivery.ok for delivery in deliveries)
+    if failed:
         raise click.exceptions.Exit(EXIT_INVALID)
+
+
+class _DefinitionSinks:
+    """The sinks of each run's instruction, from the definitions in a directory (each
+    definition loaded once)."""
+
+    def __init__(self, directory: Path, client: httpx.Client) -> None:
+        self._directory = directory
+        self._client = client
+        self._sinks: dict[str, list[Sink] | str] = {}
+
+    def sinks_for_run(self, run: DeliveryRun) -> list[Sink]:
+        from salvagelane.sinks import build_sinks
+
+        if run.instruction_id not in self._sinks:
+            try:
+                definition = find_instruction(run.instruction_id, self._directory)
+                self._sinks[run.instruction_id] = build_sinks(definition.sinks, client=self._client)
+            except SalvagelaneError as exc:
+                self._sinks[run.instruction_id] = str(exc)
+        found = self._sinks[run.instruction_id]
+        if isinstance(found, str):
+            raise NotFoundError(found)
+        return found

@@ -28,6 +28,8 @@ __all__ = [
     "WebhookSink",
     "build_sinks",
     "deliver_all",
+    "deliver_one",
+    "describe",
 ]
 
 _log = get_logger(__name__)
@@ -73,26 +75,32 @@ def build_sinks(specs: Sequence[SinkSpec], *, client: httpx.Client) -> list[Sink
 
 
 def deliver_all(sinks: Iterable[Sink], payload: Mapping[str, Any]) -> list[DeliveryOutcome]:
-    """Deliver ``payload`` to every sink, in order, whatever fails on the way.
+    """Deliver ``payload`` to every sink, in order, whatever fails on the way."""
+    return [deliver_one(sink, payload) for sink in sinks]
 
-    The caller logs and records the outcomes; only a sink's bug (an exception other
+
+def deliver_one(sink: Sink, payload: Mapping[str, Any]) -> DeliveryOutcome:
+    """Deliver ``payload`` to ``sink``; how it went, never an exception from the sink.
+
+    The caller logs and records the outcome; only a sink's bug (an exception other
     than SinkError) is logged here, with its traceback, which the outcome cannot carry.
     """
-    outcomes: list[DeliveryOutcome] = []
-    for sink in sinks:
-        kind = _kind(sink)
-        target = _target(sink)
-        error: str | None = None
-        try:
-            sink.deliver(payload)
-        except SinkError as exc:
-            error = str(exc)
-        # A bug in one sink must not cost the report its other deliveries.
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            _log.exception("sink.crashed", target=target, kind=kind)
-        outcomes.append(DeliveryOutcome(target=target, kind=kind, ok=error is None, error=error))
-    return outcomes
+    kind, target = describe(sink)
+    error: str | None = None
+    try:
+        sink.deliver(payload)
+    except SinkError as exc:
+        error = str(exc)
+    # A bug in one sink must not cost the report its other deliveries.
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        _log.exception("sink.crashed", target=target, kind=kind)
+    return DeliveryOutcome(target=target, kind=kind, ok=error is None, error=error)
+
+
+def describe(sink: Sink) -> tuple[str, str]:
+    """The sink's ``(kind, target)``: what its deliveries are recorded under."""
+    return _kind(sink), _target(sink)
 
 
 def _kind(sink: Sink) -> str:

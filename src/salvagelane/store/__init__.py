@@ -6,6 +6,7 @@ Open a :class:`Store`; it hands back the dataclasses of :mod:`salvagelane.store.
 
 from __future__ import annotations
 
+from salvagelane.store.deliveries import DeliveryOutbox
 from salvagelane.store.engine import (
     current_revision,
     database_url,
@@ -25,10 +26,14 @@ from salvagelane.store.leadership import (
 from salvagelane.store.records import (
     ApprovalView,
     AttemptView,
+    ClaimedDelivery,
+    DeliveryRun,
     DeliveryStatus,
     FailureStatus,
     FinalRunStatus,
     ItemOrigin,
+    OpenDelivery,
+    PendingDelivery,
     QuarantineDetail,
     QuarantineFilter,
     QuarantineRecord,
@@ -53,11 +58,16 @@ __all__ = [
     "SCHEDULER_LOCK_KEY",
     "ApprovalView",
     "AttemptView",
+    "ClaimedDelivery",
+    "DeliveryOutbox",
+    "DeliveryRun",
     "DeliveryStatus",
     "FailureStatus",
     "FinalRunStatus",
     "ItemOrigin",
     "LeaderLock",
+    "OpenDelivery",
+    "PendingDelivery",
     "PostgresLeaderLock",
     "QuarantineDetail",
     "QuarantineFilter",

@@ -22,7 +22,10 @@ catch up); its row has trigger ``schedule``, ``finished_at`` and an ``error`` sa
 it should have fired and why it was not run."""
 FinalRunStatus = Literal["ok", "partial", "failed", "interrupted"]
 FailureStatus = Literal["failed", "interrupted"]
-DeliveryStatus = Literal["delivered", "failed"]
+DeliveryStatus = Literal["pending", "delivered", "failed"]
+"""``pending``: written with the report, not delivered yet (a try may be under way);
+``failed``: the latest try failed (``next_attempt_at`` says when the next is due, None
+when it was given up)."""
 ItemOrigin = Literal["model", "operator"]
 ReviewStatus = Literal["pending", "approved", "rejected", "superseded"]
 """``superseded``: a reject of an attempt that was not chosen for the report; never reviewed."""
@@ -260,13 +263,62 @@ class ApprovalView:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class SinkDeliveryView:
+class PendingDelivery:
+    """A delivery to write ``pending`` with a report: to the sink ``kind`` at ``target``.
+    ``next_attempt_at`` ends the lease of the process that delivers it now: if that
+    process dies, the delivery becomes due then."""
+
+    kind: str
+    target: str
+    next_attempt_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeliveryRun:
+    """The run a delivery belongs to, as much as choosing its sinks needs."""
+
+    id: str
+    instruction_id: str
+    definition_sha256: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClaimedDelivery:
+    """A delivery this process has claimed: its try number ``attempts`` is leased to it.
+    Its result is recorded only while no other process has claimed it since."""
+
     id: int
+    run: DeliveryRun
+    kind: str
+    target: str
+    attempts: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SinkDeliveryView:
+    """A delivery of a run's report to one sink target (one row of the outbox).
+
+    ``attempts`` counts the tries started; ``attempted_at`` is when the latest started
+    (for ``pending``) or ended; ``next_attempt_at`` is when it is due again (None:
+    delivered, or given up)."""
+
+    id: int
+    run_id: str
     target: str
     kind: str
     status: str
     error: str | None
     attempted_at: datetime
+    attempts: int
+    next_attempt_at: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OpenDelivery:
+    """An undelivered report's delivery (``pending`` or ``failed``) and its run."""
+
+    delivery: SinkDeliveryView
+    run: DeliveryRun
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

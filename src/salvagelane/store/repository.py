@@ -43,9 +43,12 @@ from salvagelane.store.models import (
 )
 from salvagelane.store.records import (
     AttemptView,
+    ClaimedDelivery,
+    DeliveryRun,
     DeliveryStatus,
     FailureStatus,
     FinalRunStatus,
+    PendingDelivery,
     QuarantineRecord,
     QuarantineView,
     ReportItemView,
@@ -61,6 +64,7 @@ from salvagelane.store.spool import Imported, SpooledAttempt
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+    from salvagelane.store.deliveries import DeliveryOutbox
     from salvagelane.store.review import QuarantineLane
 
 T = TypeVar("T")
@@ -183,6 +187,13 @@ class Store:
         from salvagelane.store.review import QuarantineLane  # it builds on this module
 
         return QuarantineLane(self._transaction, self.url)
+
+    @property
+    def deliveries(self) -> DeliveryOutbox:
+        """The delivery outbox: claiming and recording deliveries of reports to sinks."""
+        from salvagelane.store.deliveries import DeliveryOutbox  # it builds on this module
+
+        return DeliveryOutbox(self._transaction, self.url)
 
     def close(self) -> None:
         """Close every pooled connection."""
@@ -489,14 +500,19 @@ class Store:
         error: str | None,
         report: ReportRecord | None,
         quarantined: Sequence[QuarantineRecord],
-    ) -> None:
+        deliveries: Sequence[PendingDelivery] = (),
+    ) -> list[ClaimedDelivery]:
         """Write the report, its items, the quarantined items and the final status at once.
 
         One transaction: if any of it fails, none of it is written, the run stays
         ``running`` and StoreError is raised. The attempts (with their raw output) were
-        committed earlier and stay.
+        committed earlier and stay. ``deliveries`` are written ``pending`` with the report
+        (so a crash before they are delivered leaves them due, never forgotten) and
+        returned claimed by the caller, which delivers them next.
         """
         _check_vocabulary("status", status, _FINAL_STATUSES)
+        if deliveries and report is None:
+            raise ValueError("deliveries: a run without a report has nothing to deliver")
         with self._transaction(f"finish run {run_id}") as session:
             run = _running_run(session, run_id)
             own_attempts = set(
@@ -515,6 +531,7 @@ class Store:
             )
             run.best_attempt_id = None if report is None else report.attempt_id
             _close(run, status=status, finished_at=finished_at, error=error)
+            return _enqueue(session, run, deliveries, at=finished_at)
 
     def fail_run(
         self,
@@ -541,14 +558,13 @@ class Store:
         error: str | None,
         attempted_at: datetime,
     ) -> None:
-        """Log a delivery attempt and update the run's ``sink_status``.
-
-        ``sink_status`` is ``failed`` when the latest delivery to any target failed, else
-        ``delivered``: a retry that succeeds clears an earlier failure to the same target.
+        """Append a finished delivery to the run's history and update its ``sink_status``
+        (see :func:`_refresh_sink_status`). Deliveries the executor makes go through the
+        outbox (:attr:`deliveries`) instead.
         """
         _check_vocabulary("status", status, _DELIVERY_STATUSES)
         with self._transaction(f"record a sink delivery of run {run_id}") as session:
-            run = _get_run(session, run_id)
+            run = _get_run(session, run_id, for_update=True)
             session.add(
                 SinkDelivery(
                     run_id=run_id,
@@ -560,10 +576,7 @@ class Store:
                 )
             )
             session.flush()
-            latest: dict[str, str] = {}
-            for row in _deliveries(session, run_id):
-                latest[row.target] = row.status
-            run.sink_status = "failed" if "failed" in latest.values() else "delivered"
+            _refresh_sink_status(session, run)
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -798,14 +811,62 @@ def _add_report(
 
 
 def _deliveries(session: Session, run_id: str) -> list[SinkDelivery]:
-    """The run's sink deliveries, oldest first."""
+    """The run's sink deliveries, first written first (a row is updated in place as its
+    delivery is tried again, so its id, not its time, places it)."""
     return list(
         session.scalars(
-            sa.select(SinkDelivery)
-            .where(SinkDelivery.run_id == run_id)
-            .order_by(SinkDelivery.attempted_at, SinkDelivery.id)
+            sa.select(SinkDelivery).where(SinkDelivery.run_id == run_id).order_by(SinkDelivery.id)
         )
     )
+
+
+def _refresh_sink_status(session: Session, run: Run) -> None:
+    """Set ``run.sink_status`` from the latest delivery to each sink: ``pending`` while
+    any is pending, else ``failed`` if any failed, else ``delivered`` (None: no delivery).
+    A later delivery to a sink replaces an earlier one, so a retry that worked clears
+    the failure. The caller holds the run's row lock, so concurrent results for two
+    sinks of one run cannot each miss the other's."""
+    latest: dict[tuple[str, str], str] = {}
+    for row in _deliveries(session, run.id):
+        latest[(row.kind, row.target)] = row.status
+    statuses = set(latest.values())
+    if not statuses:
+        run.sink_status = None
+    elif "pending" in statuses:
+        run.sink_status = "pending"
+    else:
+        run.sink_status = "failed" if "failed" in statuses else "delivered"
+
+
+def _enqueue(
+    session: Session, run: Run, deliveries: Sequence[PendingDelivery], *, at: datetime
+) -> list[ClaimedDelivery]:
+    """Write ``deliveries`` of ``run`` as ``pending``, their first try leased to the caller."""
+    rows = [
+        SinkDelivery(
+            run_id=run.id,
+            kind=delivery.kind,
+            target=delivery.target,
+            status="pending",
+            error=None,
+            attempted_at=at,
+            attempts=1,
+            next_attempt_at=delivery.next_attempt_at,
+        )
+        for delivery in deliveries
+    ]
+    if not rows:
+        return []
+    session.add_all(rows)
+    session.flush()
+    _refresh_sink_status(session, run)
+    owner = DeliveryRun(
+        id=run.id, instruction_id=run.instruction_id, definition_sha256=run.definition_sha256
+    )
+    return [
+        ClaimedDelivery(id=row.id, run=owner, kind=row.kind, target=row.target, attempts=1)
+        for row in rows
+    ]
 
 
 def _by_run(session: Session, stmt: sa.Select[tuple[str, T]]) -> dict[str, T]:

@@ -1,0 +1,298 @@
+"""The delivery outbox: claiming deliveries of stored reports to sinks, and their results.
+
+Reached through :attr:`Store.deliveries <salvagelane.store.Store.deliveries>`. A
+delivery is written ``pending`` with its report (:meth:`Store.finish_run`), its first
+try leased to the process that wrote it until ``next_attempt_at``. Whoever tries a
+delivery claims it first: the claim adds one to ``attempts`` and moves
+``next_attempt_at`` to the end of its lease, in one conditional UPDATE (or under the row
+lock of ``SELECT ... FOR UPDATE SKIP LOCKED`` for a batch), so two processes never hold
+the same try. A result is recorded only while ``attempts`` is still the claimed one: a
+process whose lease ran out and whose delivery was taken over cannot overwrite the
+newer try's result.
+
+Every method is one transaction. A change to a run's ``sink_status`` locks the run's row
+first (SQLite's ``BEGIN IMMEDIATE`` already serialises writers). This module decides no
+policy: the caller says when a lease ends and when a failed delivery is due again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, aliased
+
+from salvagelane.errors import NotFoundError
+from salvagelane.store.models import Report, Run, SinkDelivery
+from salvagelane.store.records import (
+    ClaimedDelivery,
+    DeliveryRun,
+    OpenDelivery,
+    PendingDelivery,
+    SinkDeliveryView,
+)
+from salvagelane.store.repository import _enqueue, _get_run, _refresh_sink_status, _view
+
+Transactions = Callable[[str], AbstractContextManager[Session]]
+
+PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
+OPEN_STATUSES = (PENDING, FAILED)
+
+
+class DeliveryOutbox:
+    """The deliveries of reports to sinks, on the store's database."""
+
+    def __init__(self, transaction: Transactions, url: str) -> None:
+        self._transaction = transaction
+        self._url = url
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def list_open(self, *, limit: int | None = None) -> list[OpenDelivery]:
+        """Every undelivered delivery (the latest to its sink, ``pending`` or ``failed``,
+        given up or not), oldest run first, with its run."""
+        stmt = (
+            sa.select(SinkDelivery, Run)
+            .join(Run, Run.id == SinkDelivery.run_id)
+            .where(SinkDelivery.status.in_(OPEN_STATUSES), _is_latest())
+            .order_by(Run.created_at, Run.id, SinkDelivery.id)
+            .limit(limit)
+        )
+        with self._transaction("list undelivered reports") as session:
+            return [
+                OpenDelivery(delivery=_view(SinkDeliveryView, row), run=_run_of(run))
+                for row, run in session.execute(stmt).tuples()
+            ]
+
+    def get(self, delivery_id: int) -> SinkDeliveryView:
+        """One delivery as stored; NotFoundError for an unknown id."""
+        with self._transaction(f"read sink delivery {delivery_id}") as session:
+            return _view(SinkDeliveryView, self._row(session, delivery_id))
+
+    # --- claims -----------------------------------------------------------------------------
+
+    def claim_due(
+        self, *, now: datetime, lease_until: datetime, limit: int, max_attempts: int
+    ) -> list[ClaimedDelivery]:
+        """Claim up to ``limit`` deliveries due at ``now`` (``pending`` or ``failed`` with
+        ``next_attempt_at`` at or before it) that have had fewer than ``max_attempts``
+        tries, oldest due first, each leased until ``lease_until``.
+
+        Rows another transaction has locked are skipped (PostgreSQL), so concurrent
+        claimers split the due deliveries between them instead of sending one twice.
+        """
+        stmt = (
+            sa.select(SinkDelivery)
+            .where(
+                SinkDelivery.status.in_(OPEN_STATUSES),
+                SinkDelivery.next_attempt_at <= now,
+                SinkDelivery.attempts < max_attempts,
+                _is_latest(),
+            )
+            .order_by(SinkDelivery.next_attempt_at, SinkDelivery.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True, of=SinkDelivery)
+        )
+        with self._transaction("claim due sink deliveries") as session:
+            rows = list(session.scalars(stmt))
+            for row in rows:
+                _lease(row, now=now, lease_until=lease_until)
+            session.flush()
+            return _claims(session, rows)
+
+    def give_up_exhausted(
+        self, *, now: datetime, max_attempts: int, limit: int
+    ) -> list[SinkDeliveryView]:
+        """Stop retrying the deliveries due at ``now`` that have had ``max_attempts`` tries:
+        a ``failed`` one keeps its error, a ``pending`` one (its last try never ended: the
+        process delivering it stopped) becomes ``failed`` saying so. Neither is due again.
+        Returns them as now stored."""
+        stmt = (
+            sa.select(SinkDelivery.id, SinkDelivery.run_id, SinkDelivery.attempts)
+            .where(
+                SinkDelivery.status.in_(OPEN_STATUSES),
+                SinkDelivery.next_attempt_at <= now,
+                SinkDelivery.attempts >= max_attempts,
+            )
+            .order_by(SinkDelivery.next_attempt_at, SinkDelivery.id)
+            .limit(limit)
+        )
+        with self._transaction("list exhausted sink deliveries") as session:
+            exhausted = session.execute(stmt).tuples().all()
+        given_up: list[SinkDeliveryView] = []
+        for delivery_id, run_id, attempts in exhausted:
+            cut_off = (
+                f"try {attempts} never finished (the process delivering it stopped); "
+                f"given up after {attempts} tries"
+            )
+            with self._transaction(f"give up sink delivery {delivery_id}") as session:
+                run = _get_run(session, run_id, for_update=True)
+                due = (SinkDelivery.next_attempt_at <= now,)
+                changed = _update(
+                    session,
+                    delivery_id,
+                    expect_attempts=attempts,
+                    extra=(SinkDelivery.status == PENDING, *due),
+                    status=FAILED,
+                    error=cut_off,
+                    attempted_at=now,
+                    next_attempt_at=None,
+                ) or _update(
+                    session,
+                    delivery_id,
+                    expect_attempts=attempts,
+                    extra=(SinkDelivery.status == FAILED, *due),
+                    next_attempt_at=None,
+                )
+                if changed:
+                    _refresh_sink_status(session, run)
+                    given_up.append(_view(SinkDeliveryView, self._row(session, delivery_id)))
+        return given_up
+
+    def claim(
+        self, delivery_id: int, *, attempts: int, now: datetime, lease_until: datetime
+    ) -> ClaimedDelivery | None:
+        """Claim one undelivered delivery, due or not (an operator's redelivery), if it has
+        still had ``attempts`` tries: None when another process claimed it meanwhile or it
+        is no longer undelivered."""
+        with self._transaction(f"claim sink delivery {delivery_id}") as session:
+            changed = _update(
+                session,
+                delivery_id,
+                expect_attempts=attempts,
+                extra=(SinkDelivery.status.in_(OPEN_STATUSES),),
+                attempts=attempts + 1,
+                attempted_at=now,
+                next_attempt_at=lease_until,
+            )
+            if not changed:
+                return None
+            return _claims(session, [self._row(session, delivery_id)])[0]
+
+    def claim_target(
+        self, run_id: str, *, kind: str, target: str, now: datetime, lease_until: datetime
+    ) -> ClaimedDelivery:
+        """Claim the delivery of ``run_id``'s report to the sink ``kind`` at ``target``:
+        its undelivered one, due or not, or else a new ``pending`` one (the report was
+        delivered there before, or never tried there): an operator's redelivery."""
+        with self._transaction(f"claim a sink delivery of run {run_id}") as session:
+            run = _get_run(session, run_id, for_update=True)
+            if session.scalars(sa.select(Report.id).where(Report.run_id == run_id)).first() is None:
+                raise NotFoundError(
+                    f"{self._url}: run {run_id} has no report to deliver (it is {run.status})"
+                )
+            latest = session.scalars(
+                sa.select(SinkDelivery)
+                .where(
+                    SinkDelivery.run_id == run_id,
+                    SinkDelivery.kind == kind,
+                    SinkDelivery.target == target,
+                )
+                .order_by(SinkDelivery.id.desc())
+                .limit(1)
+                .with_for_update()
+            ).first()
+            if latest is not None and latest.status in OPEN_STATUSES:
+                _lease(latest, now=now, lease_until=lease_until)
+                session.flush()
+                return _claims(session, [latest])[0]
+            pending = PendingDelivery(kind=kind, target=target, next_attempt_at=lease_until)
+            return _enqueue(session, run, [pending], at=now)[0]
+
+    # --- results ----------------------------------------------------------------------------
+
+    def record_result(
+        self,
+        claim: ClaimedDelivery,
+        *,
+        error: str | None,
+        now: datetime,
+        retry_at: datetime | None = None,
+    ) -> SinkDeliveryView | None:
+        """Record how the claimed try ended: ``delivered`` without ``error``, else
+        ``failed`` with it, due again at ``retry_at`` (None: given up). Updates the run's
+        ``sink_status``. None, and nothing written, when another process has claimed the
+        delivery since (this claim's lease ran out): the newer try's result stands."""
+        with self._transaction(f"record sink delivery {claim.id}") as session:
+            run = _get_run(session, claim.run.id, for_update=True)
+            changed = _update(
+                session,
+                claim.id,
+                expect_attempts=claim.attempts,
+                extra=(SinkDelivery.run_id == claim.run.id,),
+                status=DELIVERED if error is None else FAILED,
+                error=error,
+                attempted_at=now,
+                next_attempt_at=None if error is None else retry_at,
+            )
+            if not changed:
+                return None
+            _refresh_sink_status(session, run)
+            return _view(SinkDeliveryView, self._row(session, claim.id))
+
+    def _row(self, session: Session, delivery_id: int) -> SinkDelivery:
+        row = session.get(SinkDelivery, delivery_id, populate_existing=True)
+        if row is None:
+            raise NotFoundError(f"{self._url}: no sink delivery with id {delivery_id}")
+        return row
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _is_latest() -> sa.ColumnElement[bool]:
+    """True for a delivery that no later delivery to the same sink of its run replaces."""
+    later = aliased(SinkDelivery)
+    return ~sa.exists().where(
+        later.run_id == SinkDelivery.run_id,
+        later.kind == SinkDelivery.kind,
+        later.target == SinkDelivery.target,
+        later.id > SinkDelivery.id,
+    )
+
+
+def _lease(row: SinkDelivery, *, now: datetime, lease_until: datetime) -> None:
+    row.attempts += 1
+    row.attempted_at = now
+    row.next_attempt_at = lease_until
+
+
+def _update(
+    session: Session,
+    delivery_id: int,
+    *,
+    expect_attempts: int,
+    extra: tuple[sa.ColumnElement[bool], ...],
+    **values: object,
+) -> bool:
+    """One conditional UPDATE of a delivery still at ``expect_attempts`` tries (and
+    matching ``extra``); whether it changed the row. The condition, not a prior read,
+    decides: two concurrent updates cannot both pass it."""
+    result = session.execute(
+        sa.update(SinkDelivery)
+        .where(SinkDelivery.id == delivery_id, SinkDelivery.attempts == expect_attempts, *extra)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
+def _run_of(run: Run) -> DeliveryRun:
+    return DeliveryRun(
+        id=run.id, instruction_id=run.instruction_id, definition_sha256=run.definition_sha256
+    )
+
+
+def _claims(session: Session, rows: list[SinkDelivery]) -> list[ClaimedDelivery]:
+    runs = {
+        run.id: _run_of(run)
+        for run in session.scalars(sa.select(Run).where(Run.id.in_({row.run_id for row in rows})))
+    }
+    return [
+        ClaimedDelivery(
+            id=row.id, run=runs[row.run_id], kind=row.kind, target=row.target, attempts=row.attempts
+        )
+        for row in rows
+    ]
