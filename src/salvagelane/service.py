@@ -428,23 +428,25 @@ class Service:
     def _stop_reason(self) -> str:
         return self._flags.stop_reason or "stop requested"
 
+    def redeliver(self) -> None:
+        """One pass over the deliveries that are due: failed ones after their backoff,
+        pending ones whose process died once their lease ended. Never raises."""
+        try:
+            redeliver_due(
+                self._store,
+                sinks_for_run=sinks_from_definitions(self._definitions, self._sinks_for),
+                now=self._clock(),
+                clock=self._clock,
+            )
+        except SalvagelaneError:
+            log.exception("delivery.redeliver_failed")
+
     def _redeliver_in_background(self) -> None:
-        """Retry the deliveries that are due (failed ones after their backoff, pending ones
-        whose process died), one pass at a time in a thread of its own: a slow sink must
-        not hold up the poll loop that notices dead runs and settles fires."""
+        # A thread of its own: a slow sink must not hold up the poll loop that notices
+        # dead runs and settles fires. One pass at a time.
         if self._redelivery is not None and self._redelivery.is_alive():
             return
-        sinks_for_run = sinks_from_definitions(self._definitions, self._sinks_for)
-
-        def deliver() -> None:
-            try:
-                redeliver_due(
-                    self._store, sinks_for_run=sinks_for_run, now=self._clock(), clock=self._clock
-                )
-            except SalvagelaneError:
-                log.exception("delivery.redeliver_failed")
-
-        self._redelivery = threading.Thread(target=deliver, name="redeliver", daemon=True)
+        self._redelivery = threading.Thread(target=self.redeliver, name="redeliver", daemon=True)
         self._redelivery.start()
 
     def _wait_for_fires(self, timeout: float) -> None:

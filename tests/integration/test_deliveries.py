@@ -30,6 +30,7 @@ from salvagelane.delivery import (
 )
 from salvagelane.errors import ConfigurationError, NotFoundError, StoreError
 from salvagelane.executor import Executor
+from salvagelane.service import ServeSettings, Service
 from salvagelane.sinks import CallableSink, Sink, build_sinks
 from salvagelane.store import (
     ClaimedDelivery,
@@ -38,6 +39,7 @@ from salvagelane.store import (
     ReportItemRecord,
     ReportRecord,
     Store,
+    leader_lock_for,
     make_engine,
     upgrade,
 )
@@ -385,6 +387,7 @@ def test_a_pending_delivery_whose_process_died_is_taken_over_when_its_lease_ends
     [result] = redeliver_due(store, sinks_for_run=sinks_of(sink), now=lease_end, policy=POLICY)
 
     assert (result.status, result.attempts, result.next_attempt_at) == ("delivered", 2, None)
+    client.close()
     assert consumer == [store.get_report_payload(run_id)]
     assert store.get_run(run_id).sink_status == "delivered"
 
@@ -585,3 +588,30 @@ def test_the_policy_refuses_unusable_settings() -> None:
         DeliveryPolicy(max_attempts=0)
     # Far past the cap (a delivery retried by hand many times) the delay stays the cap.
     assert DeliveryPolicy(max_attempts=10_000).retry_at(5000, NOW) == NOW + timedelta(hours=1)
+
+
+def test_the_serve_leader_takes_over_a_delivery_whose_process_died(
+    store: Store, tmp_path: Path, consumer: list[dict[str, Any]]
+) -> None:
+    _with_sinks(tmp_path, [TAKE])
+    run_id, _ = finished_run(store, [CallableSink(TAKE)])  # its process "died"
+    clock = [NOW + timedelta(seconds=599)]
+    client = httpx.Client()
+    service = Service(
+        ServeSettings(instructions_dir=tmp_path / "instructions"),
+        store=store,
+        lock=leader_lock_for(store.url),
+        connector_for=lambda spec: ReplayConnector(FIXTURE),
+        sinks_for=lambda spec: build_sinks(spec.sinks, client=client),
+        clock=lambda: clock[0],
+    )
+    service.load()
+
+    service.redeliver()  # within the 600 s lease: the dead process may still be sending
+    assert consumer == []
+    clock[0] = NOW + timedelta(seconds=600)
+    service.redeliver()
+
+    client.close()
+    assert consumer == [store.get_report_payload(run_id)]
+    assert store.get_run(run_id).sink_status == "delivered"
