@@ -387,7 +387,6 @@ def test_a_pending_delivery_whose_process_died_is_taken_over_when_its_lease_ends
     [result] = redeliver_due(store, sinks_for_run=sinks_of(sink), now=lease_end, policy=POLICY)
 
     assert (result.status, result.attempts, result.next_attempt_at) == ("delivered", 2, None)
-    client.close()
     assert consumer == [store.get_report_payload(run_id)]
     assert store.get_run(run_id).sink_status == "delivered"
 
