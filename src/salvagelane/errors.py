@@ -92,6 +92,12 @@ class OutdatedDatabaseError(StoreError):
     ``salvagelane db upgrade`` (the CLI exits 2, as for anything the user must fix)."""
 
 
+class DatabaseUrlError(StoreError):
+    """A database URL that cannot be used as given: not well formed, an unsupported
+    database, or one that keeps nothing (an in-memory or temporary SQLite database, where
+    every run, report and review would vanish with the process). The CLI exits 2."""
+
+
 class NotFoundError(SalvagelaneError):
     """A run, attempt or quarantined item id that the database does not hold."""
 
