@@ -408,7 +408,10 @@ def _judge(
             path="$",
             expected=f"at most {cap} bytes (the instruction's max_output_bytes)",
             received=f"{given.digest.size} bytes",
-            detail="refused before parsing",
+            detail=(
+                f"not parsed; the audit trail keeps its size, SHA-256 and first "
+                f"{INPUT_HEAD_BYTES} bytes"
+            ),
         )
         return _Refusal(reason="oversize", signal=signal)
     assert detail.report_items is not None  # require_report
