@@ -107,6 +107,12 @@ class AttemptNotStoredError(StoreError):
         self.spool_file = spool_file
 
 
+class DatabaseUrlError(StoreError):
+    """A database URL that cannot be used as given: not well formed, an unsupported
+    database, or one that keeps nothing (an in-memory or temporary SQLite database, where
+    every run, report and review would vanish with the process). The CLI exits 2."""
+
+
 class NotFoundError(SalvagelaneError):
     """A run, attempt or quarantined item id that the database does not hold."""
 

@@ -95,7 +95,8 @@ class Trigger(enum.StrEnum):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunOutcome:
-    """How a run ended, as the CLI and the scheduler report it."""
+    """How a run ended, for the scheduler and the log. Its figures are those the store
+    records (:mod:`salvagelane.store.figures`); the CLI prints the stored run itself."""
 
     run_id: str
     instruction_id: str
@@ -113,26 +114,6 @@ class RunOutcome:
     @property
     def quarantined_total(self) -> int:
         return sum(self.quarantined.values())
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "instruction": self.instruction_id,
-            "status": self.status,
-            "kept": self.kept,
-            "candidates": self.candidates,
-            "quarantined": self.quarantined_total,
-            "quarantined_by_reason": dict(self.quarantined),
-            "finish_reason": self.finish_reason,
-            "native_finish_reason": self.native_finish_reason,
-            "attempts": self.attempts,
-            "best_attempt": self.best_attempt,
-            "error": self.error,
-            "deliveries": [
-                {"target": d.target, "kind": d.kind, "ok": d.ok, "error": d.error}
-                for d in self.deliveries
-            ],
-        }
 
 
 @dataclass(kw_only=True, slots=True)
@@ -503,7 +484,9 @@ class Executor:
         assert chosen.result is not None
         result, completion = chosen.result, chosen.completion
         status = _run_status(result, completion)
-        counts = result.counts()
+        # Envelope issues are counted with the report: a damaged envelope is a cut no
+        # approval undoes, so the store must know of it when a review settles the status.
+        counts = {**result.counts(), "envelope_issues": len(result.envelope_issues)}
         failure: str | None = None
         if status is Status.FAILED:
             failure = _deadline_note(instruction, state, _failure(result))
@@ -565,6 +548,9 @@ class Executor:
     def _fail(self, instruction: Instruction, state: _RunState, error: str) -> RunOutcome:
         self._store.fail_run(state.run_id, finished_at=self._clock(), error=error)
         log.warning("run.failed", error=error)
+        # The finish reason the store reports for a run without report: its last
+        # attempt's (``error`` for a call that failed), None when no call was made.
+        last = state.attempts[-1] if state.attempts else None
         return RunOutcome(
             run_id=state.run_id,
             instruction_id=instruction.id,
@@ -572,8 +558,12 @@ class Executor:
             kept=0,
             candidates=0,
             quarantined={},
-            finish_reason=None,
-            native_finish_reason=None,
+            finish_reason=None if last is None else _finish_reason(last),
+            native_finish_reason=(
+                None
+                if last is None or last.completion is None
+                else last.completion.native_finish_reason
+            ),
             attempts=len(state.attempts),
             best_attempt=None,
             error=error,
@@ -606,6 +596,13 @@ class Executor:
 
 
 # --- helpers ---------------------------------------------------------------------------------
+
+
+def _finish_reason(attempt: _Attempt) -> str:
+    """The canonical finish reason stored for ``attempt``: ``error`` for a failed call."""
+    if attempt.completion is None:
+        return str(FinishReason.ERROR)
+    return str(attempt.completion.finish_reason)
 
 
 def _with_correction(prompt: RenderedPrompt, correction: str | None) -> str:

@@ -166,20 +166,25 @@ def test_approve_checks_the_guardrails_and_audits_every_attempt(
     approved = approve(EIGHTH, *instructions)
 
     assert approved.returncode == 0, approved.stderr
+    # Nothing is held back any more, but the model's output was cut off: the run and its
+    # report stay partial, and every view says so.
     assert approved.stdout == (
-        f"approved #{qid}: added as item 8 of the report of run {run_id[:8]} "
-        "(8 items, partial: no)\n"
+        f"approved #{qid}: added as item 8 of the report of run {run_id[:8]}\n"
+        f"run {run_id[:8]}: partial, kept 8 of 8 candidates, quarantined 0; the model's "
+        "output was cut off (truncated): no review makes it ok; 1 item approved by an "
+        "operator (origin operator)\n"
     )
     assert "checked against the current definition" in approved.stderr
     report = report_of(database, run_id)
     assert [item["origin"] for item in report["items"]] == ["model"] * 7 + ["operator"]
     assert report["items"][-1]["data"] == EIGHTH
-    assert report["partial"] is False
+    assert (report["status"], report["partial"]) == ("partial", True)
     assert report["counts"] == {
         "candidates": 8,
         "accepted": 8,
         "quarantined": 0,
         "by_reason": {},
+        "envelope_issues": 0,
         "operator_approved": 1,
     }
     detail = json.loads(salvagelane("quarantine", "show", qid, "--json", database=database).stdout)
@@ -230,10 +235,13 @@ def test_approve_in_the_editor_clears_partial_under_the_bundled_definition(
     )  # fmt: skip
 
     assert approved.returncode == 0, approved.stderr
-    assert "(3 items, partial: no)" in approved.stdout
+    assert approved.stdout.splitlines()[1] == (
+        f"run {run_id[:8]}: ok, kept 3 of 3 candidates, quarantined 0; "
+        "1 item approved by an operator (origin operator)"
+    )
     assert approved.stderr == ""  # the bundled definition is the one the run used
     report = report_of(database, run_id)
-    assert report["partial"] is False
+    assert (report["status"], report["partial"]) == ("ok", False)
     assert report["items"][-1]["data"] == corrected
     assert report["counts"]["by_reason"] == {}
 

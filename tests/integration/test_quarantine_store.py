@@ -6,6 +6,7 @@ reasons, times and review states are exactly what each test needs.
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import threading
@@ -20,6 +21,7 @@ import sqlalchemy as sa
 
 from salvagelane.errors import NotFoundError, ReviewStateError
 from salvagelane.store import (
+    InputDigest,
     QuarantineFilter,
     QuarantineRecord,
     ReportItemRecord,
@@ -27,6 +29,7 @@ from salvagelane.store import (
     Store,
     upgrade,
 )
+from salvagelane.store import database_url as normalise_url
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 RAW = '{"items": [{"a": 1}, {"a": "x"}, {"a": 2, "b": 7}, {"a": 3, "b"'
@@ -69,9 +72,11 @@ def seed_run(
     instruction_id: str = "daily",
     with_report: bool = True,
     reasons: Sequence[str] = ("schema", "allow_list", "truncated"),
+    truncated: bool = True,
 ) -> tuple[str, str]:
     """A finished run of one attempt over RAW: one kept item and the rejects in ``reasons``
-    (pending), plus a superseded reject of a second attempt that was not chosen."""
+    (pending), plus a superseded reject of a second attempt that was not chosen.
+    ``truncated``: whether the report says the output was cut off (RAW is)."""
     run_id = store.start_run(
         instruction_id=instruction_id,
         definition_sha256="d" * 64,
@@ -112,13 +117,14 @@ def seed_run(
         partial=True,
         status="partial",
         document_valid=False,
-        truncated=True,
+        truncated=truncated,
         finish_reason="length",
         counts={
             "candidates": 1 + len(reasons),
             "accepted": 1,
             "quarantined": len(reasons),
             "by_reason": by_reason,
+            "envelope_issues": 0,
         },
         items=[ReportItemRecord(source_index=0, data={"a": 1}, span_start=11, span_end=19)],
     )
@@ -185,8 +191,28 @@ def test_get_shows_the_raw_text_around_the_span(store: Store) -> None:
     assert detail.reviews == []
 
 
-def test_approve_adds_the_item_updates_the_report_and_audits(store: Store) -> None:
-    run_id, _ = seed_run(store, reasons=("schema", "truncated"))
+def rows_of(url: str, run_id: str) -> tuple[str, str, bool, Any]:
+    """The run's and its report's stored status, partial flag and counts, as a query of
+    the tables (not the store's views) sees them."""
+    engine = sa.create_engine(normalise_url(url))
+    try:
+        with engine.connect() as connection:
+            run_status = connection.execute(
+                sa.text("SELECT status FROM runs WHERE id = :id"), {"id": run_id}
+            ).scalar_one()
+            status, partial, counts = connection.execute(
+                sa.text("SELECT status, partial, counts FROM reports WHERE run_id = :id"),
+                {"id": run_id},
+            ).one()
+    finally:
+        engine.dispose()
+    return run_status, status, bool(partial), json.loads(counts)
+
+
+def test_approve_adds_the_item_updates_the_report_and_audits(
+    store: Store, database_url: str
+) -> None:
+    run_id, _ = seed_run(store, reasons=("schema", "allow_list"), truncated=False)
     ids = ids_of(store, run_id)
     lane = store.quarantine
 
@@ -199,7 +225,8 @@ def test_approve_adds_the_item_updates_the_report_and_audits(store: Store) -> No
         now=T0 + timedelta(hours=1),
     )
 
-    assert (first.position, first.items, first.partial) == (1, 2, True)  # truncated pending
+    assert (first.position, first.items, first.partial, first.status) == (1, 2, True, "partial")
+    assert (first.run.kept_count, first.run.quarantined_count) == (2, 1)  # allow_list pending
     report = store.get_run(run_id).report
     assert report is not None
     assert [(i.data, i.origin) for i in report.items] == [
@@ -210,10 +237,12 @@ def test_approve_adds_the_item_updates_the_report_and_audits(store: Store) -> No
         "candidates": 3,
         "accepted": 2,
         "quarantined": 1,
-        "by_reason": {"truncated": 1},
+        "by_reason": {"allow_list": 1},
+        "envelope_issues": 0,
         "operator_approved": 1,
     }
     assert report.partial
+    assert rows_of(database_url, run_id) == ("partial", "partial", True, report.counts)
     detail = lane.get_quarantine(ids["schema"])
     assert (detail.review_status, detail.reviewed_by, detail.review_note) == (
         "approved",
@@ -226,33 +255,83 @@ def test_approve_adds_the_item_updates_the_report_and_audits(store: Store) -> No
     assert audit.before["review_status"] == "pending"
     assert audit.after["item"] == {"a": 9}
 
-    # The last unresolved item of the attempt: the report is no longer partial.
+    # The last item held back: the report and its run are ok, in every view and row,
+    # and the operator's items still say whose they are.
     second = lane.approve_quarantined(
-        ids["truncated"],
-        item=operator_item({"a": 3, "b": 0}),
+        ids["allow_list"],
+        item=operator_item({"a": 2, "b": 0}),
         expected_items=2,
         actor="bob",
         note=None,
         now=T0 + timedelta(hours=2),
     )
-    assert (second.position, second.items, second.partial) == (2, 3, False)
+    assert (second.position, second.items, second.partial, second.status) == (2, 3, False, "ok")
     payload = store.get_report_payload(run_id)
-    assert payload["partial"] is False
+    assert (payload["status"], payload["partial"]) == ("ok", False)
     assert payload["counts"]["by_reason"] == {}
-    assert payload["items"][-1] == {"a": 3, "b": 0}
+    assert payload["counts"]["operator_approved"] == 2
+    assert payload["items"][-1] == {"a": 2, "b": 0}
+    assert payload["item_origins"] == ["model", "operator", "operator"]
+    (summary,) = store.list_runs()
+    assert (summary.status, summary.partial, summary.kept_count, summary.quarantined_count) == (
+        "ok",
+        False,
+        3,
+        0,
+    )
+    assert second.run == summary
+    assert rows_of(database_url, run_id)[:3] == ("ok", "ok", False)
 
 
-def test_a_rejected_item_keeps_the_report_partial(store: Store) -> None:
-    run_id, _ = seed_run(store, reasons=("schema", "truncated"))
+def test_an_output_cut_off_stays_partial_when_every_item_is_approved(
+    store: Store, database_url: str
+) -> None:
+    run_id, _ = seed_run(store, reasons=("truncated",), truncated=True)
+    (quarantine_id,) = (q.id for q in store.get_run(run_id).quarantined if q.reason == "truncated")
+
+    approval = store.quarantine.approve_quarantined(
+        quarantine_id,
+        item=operator_item({"a": 3, "b": 0}),
+        expected_items=1,
+        actor="alice",
+        note=None,
+        now=T0,
+    )
+
+    # Nothing is held back, but the model's output was cut off: more items may have
+    # followed, which no approval can bring back.
+    assert (approval.status, approval.partial, approval.run.quarantined_count) == (
+        "partial",
+        True,
+        0,
+    )
+    assert approval.run.output_cut == ("truncated",)
+    detail = store.get_run(run_id)
+    assert detail.report is not None
+    assert (detail.status, detail.report.status, detail.report.partial) == (
+        "partial",
+        "partial",
+        True,
+    )
+    assert rows_of(database_url, run_id)[:3] == ("partial", "partial", True)
+
+
+def test_a_rejected_item_keeps_the_report_partial(store: Store, database_url: str) -> None:
+    run_id, _ = seed_run(store, reasons=("schema", "allow_list"), truncated=False)
     ids = ids_of(store, run_id)
     lane = store.quarantine
-    lane.reject_quarantined(ids["truncated"], actor="ops", note="cut off", now=T0)
+    lane.reject_quarantined(ids["allow_list"], actor="ops", note="made up", now=T0)
 
     approval = lane.approve_quarantined(
         ids["schema"], item=operator_item({}), expected_items=1, actor="ops", note=None, now=T0
     )
 
-    assert approval.partial
+    assert (approval.status, approval.partial) == ("partial", True)
+    assert (approval.run.quarantined_count, approval.run.quarantined_by_reason) == (
+        1,
+        {"allow_list": 1},
+    )
+    assert rows_of(database_url, run_id)[:3] == ("partial", "partial", True)
 
 
 def test_refused_approval_changes_nothing_but_the_audit(store: Store) -> None:
@@ -262,8 +341,18 @@ def test_refused_approval_changes_nothing_but_the_audit(store: Store) -> None:
 
     store.quarantine.record_refused_approval(
         quarantine_id,
-        candidate='{"a": "still wrong"}',
+        received=InputDigest(size=20, sha256="c" * 64, head='{"a": "still wrong"}', clipped=False),
         error={"reason": "schema", "path": "$.a", "message": "schema at $.a"},
+        actor="alice",
+        note=None,
+        now=T0,
+    )
+    # A head longer than the store keeps (a caller that did not clip it) is clipped at a
+    # character boundary: "é" is two bytes, the 4096th byte is the first half of one.
+    store.quarantine.record_refused_approval(
+        quarantine_id,
+        received=InputDigest(size=10**9, sha256="d" * 64, head="x" + "é" * 4000, clipped=True),
+        error={"reason": "oversize", "path": "$", "message": "oversize at $"},
         actor="alice",
         note=None,
         now=T0,
@@ -272,9 +361,16 @@ def test_refused_approval_changes_nothing_but_the_audit(store: Store) -> None:
     after = store.get_run(run_id)
     assert after.report == before.report
     assert after.quarantined == before.quarantined
-    (audit,) = store.quarantine.get_quarantine(quarantine_id).reviews
-    assert (audit.action, audit.error["path"]) == ("approve_refused", "$.a")
-    assert audit.after["candidate"] == '{"a": "still wrong"}'
+    first, second = store.quarantine.get_quarantine(quarantine_id).reviews
+    assert (first.action, first.error["path"]) == ("approve_refused", "$.a")
+    assert first.after["input"] == {
+        "bytes": 20,
+        "sha256": "c" * 64,
+        "head": '{"a": "still wrong"}',
+        "clipped": False,
+    }
+    assert second.after["input"]["head"] == "x" + "é" * 2047
+    assert (second.after["input"]["bytes"], second.after["input"]["clipped"]) == (10**9, True)
 
 
 def test_wrong_states_and_unknown_ids_are_clear_errors(store: Store) -> None:

@@ -205,7 +205,19 @@ def test_a_run_round_trips_through_every_write(store: Store) -> None:
         False,
         True,
     )
-    assert detail.report.counts == {"candidates": 3, "accepted": 2, "quarantined": 1}
+    # The counts every view shows: what was stored, with the figures of the run's rows
+    # (an operator's item among the kept, the pending reject by reason).
+    assert detail.report.counts == {
+        "candidates": 3,
+        "accepted": 2,
+        "quarantined": 1,
+        "by_reason": {"truncated": 1},
+        "operator_approved": 1,
+    }
+    assert (detail.partial, detail.candidates, detail.operator_approved) == (True, 3, 1)
+    assert detail.quarantined_by_reason == {"truncated": 1}
+    assert detail.output_cut == ("truncated",)
+    assert detail.native_finish_reason == "max_tokens"
     assert [(i.position, i.source_index, i.data, i.origin) for i in detail.report.items] == [
         (0, 0, {"title": "a", "rank": 1}, "model"),
         (1, None, {"title": "b"}, "operator"),
@@ -249,9 +261,16 @@ def test_a_run_round_trips_through_every_write(store: Store) -> None:
         "status": "partial",
         "partial": True,
         "finish_reason": "length",
-        "counts": {"candidates": 3, "accepted": 2, "quarantined": 1},
+        "counts": {
+            "candidates": 3,
+            "accepted": 2,
+            "quarantined": 1,
+            "by_reason": {"truncated": 1},
+            "operator_approved": 1,
+        },
         "envelope": {"summary": "two kept"},
         "items": [{"title": "a", "rank": 1}, {"title": "b"}],
+        "item_origins": ["model", "operator"],
     }
 
 

@@ -10,6 +10,7 @@ import click
 from salvagelane import __version__
 from salvagelane.errors import (
     ConfigurationError,
+    DatabaseUrlError,
     InputError,
     NotFoundError,
     OutdatedDatabaseError,
@@ -62,7 +63,13 @@ def main(argv: list[str] | None = None) -> NoReturn:
         _fail("aborted", 130)
     except click.ClickException as exc:
         _fail(exc.format_message().replace("\n", " "), EXIT_USAGE)
-    except (ConfigurationError, InputError, NotFoundError, OutdatedDatabaseError) as exc:
+    except (
+        ConfigurationError,
+        DatabaseUrlError,
+        InputError,
+        NotFoundError,
+        OutdatedDatabaseError,
+    ) as exc:
         _fail(str(exc), EXIT_USAGE)
     except SalvagelaneError as exc:
         _fail(str(exc), EXIT_INVALID)

@@ -9,15 +9,19 @@ no report), or bad options.
 from __future__ import annotations
 
 import getpass
+import hashlib
+import io
 import json
 import os
 import sys
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
+from salvagelane.cli import render
 from salvagelane.cli.app import EXIT_INVALID, cli
 from salvagelane.cli.fixture_commands import destination_options, echo_captured
 from salvagelane.cli.render import one_line, to_json, when
@@ -29,12 +33,14 @@ from salvagelane.cli.run_commands import (
     open_store,
     parse_fire_time,
 )
+from salvagelane.core.records import CorrectionSignal
 from salvagelane.fixtures import capture_run
-from salvagelane.store.review import REVIEW_STATUSES
+from salvagelane.store.records import InputDigest
+from salvagelane.store.review import INPUT_HEAD_BYTES, REVIEW_STATUSES
 from salvagelane.tables import aligned
 
 if TYPE_CHECKING:
-    from salvagelane.core import QuarantinedItem
+    from salvagelane.core import AcceptedItem, SalvagePolicy
     from salvagelane.store import QuarantineDetail, QuarantineFilter, QuarantineView
 
 _ERROR_WIDTH = 70
@@ -268,7 +274,6 @@ def quarantine_approve_command(
     marked approved; if not, nothing changes but the audit trail, the correction signal
     is printed and the exit status is 1.
     """
-    from salvagelane.core import QuarantinedItem, check_item
     from salvagelane.definitions import resolve_allow_lists, resolve_context
     from salvagelane.store import ReportItemRecord
     from salvagelane.store.review import require_pending, require_report
@@ -283,19 +288,24 @@ def quarantine_approve_command(
         # Refuse before the operator spends time in an editor.
         require_pending(detail, "approve")
         require_report(detail)
+        assert detail.report_items is not None  # require_report
         definition = find_instruction(detail.instruction_id, instructions_dir)
         policy = definition.salvage_policy(
             resolve_allow_lists(definition, resolve_context(definition))
         )
-        text = _corrected_text(detail, path, from_stdin=from_stdin)
-        assert detail.report_items is not None  # require_report
-        verdict = check_item(text, policy, kept=detail.report_items, index=detail.source_index or 0)
+        given = _corrected_input(
+            detail, path, from_stdin=from_stdin, cap=policy.guardrails.max_bytes
+        )
+        verdict = _judge(given, detail, policy, path)
         now = datetime.now(UTC)
-        if isinstance(verdict, QuarantinedItem):
-            error = {"reason": str(verdict.reason), **verdict.error.to_json()}
-            error["message"] = verdict.message
+        if isinstance(verdict, _Refusal):
             store.quarantine.record_refused_approval(
-                quarantine_id, candidate=text, error=error, actor=actor, note=note, now=now
+                quarantine_id,
+                received=given.digest,
+                error=verdict.to_json(),
+                actor=actor,
+                note=note,
+                now=now,
             )
             _refused(quarantine_id, verdict, as_json=as_json)
             raise click.exceptions.Exit(EXIT_INVALID)
@@ -327,19 +337,103 @@ def quarantine_approve_command(
         return
     click.echo(
         f"approved #{approval.quarantine_id}: added as item {approval.position + 1} of the "
-        f"report of run {approval.run_id[:8]} ({approval.items} items, "
-        f"partial: {'yes' if approval.partial else 'no'})"
+        f"report of run {approval.run_id[:8]}"
+    )
+    click.echo(f"run {approval.run_id[:8]}: {render.figures_line(approval.run)}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _OperatorInput:
+    """The operator's corrected item as read: ``data`` (None when it is over the byte cap,
+    so it was never held in memory whole) and its bounded digest for the audit trail."""
+
+    data: bytes | None
+    digest: InputDigest
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Refusal:
+    reason: str
+    signal: CorrectionSignal
+
+    @property
+    def message(self) -> str:
+        return self.signal.message(self.reason)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reason": self.reason, **self.signal.to_json(), "message": self.message}
+
+
+_CHUNK = 1 << 16
+
+
+def read_bounded(stream: BinaryIO, cap: int) -> _OperatorInput:
+    """Read ``stream`` to its end, hashing all of it but holding at most ``cap`` bytes:
+    an input over the cap comes back without data, only its size, hash and first bytes."""
+    digest = hashlib.sha256()
+    kept = bytearray()
+    size = 0
+    over = False
+    while chunk := stream.read(_CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
+        if not over:
+            kept += chunk
+            if len(kept) > cap:
+                over = True
+                del kept[INPUT_HEAD_BYTES:]
+    head = bytes(kept[:INPUT_HEAD_BYTES])
+    return _OperatorInput(
+        data=None if over else bytes(kept),
+        digest=InputDigest(
+            size=size,
+            sha256=digest.hexdigest(),
+            head=head.decode("utf-8", "replace"),
+            clipped=size > len(head),
+        ),
     )
 
 
-def _corrected_text(detail: QuarantineDetail, path: Path | None, *, from_stdin: bool) -> str:
+def _judge(
+    given: _OperatorInput, detail: QuarantineDetail, policy: SalvagePolicy, path: Path | None
+) -> AcceptedItem | _Refusal:
+    """The guardrails' verdict on the operator's item, as on a model's: an input over the
+    byte cap is refused unread, as model output over it is never scanned."""
+    from salvagelane.core import QuarantinedItem, check_item
+
+    cap = policy.guardrails.max_bytes
+    if given.data is None:
+        signal = CorrectionSignal(
+            code="oversize",
+            path="$",
+            expected=f"at most {cap} bytes (the instruction's max_output_bytes)",
+            received=f"{given.digest.size} bytes",
+            detail=(
+                f"not parsed; the audit trail keeps its size, SHA-256 and first "
+                f"{INPUT_HEAD_BYTES} bytes"
+            ),
+        )
+        return _Refusal(reason="oversize", signal=signal)
+    assert detail.report_items is not None  # require_report
+    verdict = check_item(
+        _decoded(given.data, path), policy, kept=detail.report_items, index=detail.source_index or 0
+    )
+    if isinstance(verdict, QuarantinedItem):
+        return _Refusal(reason=str(verdict.reason), signal=verdict.error)
+    return verdict
+
+
+def _corrected_input(
+    detail: QuarantineDetail, path: Path | None, *, from_stdin: bool, cap: int
+) -> _OperatorInput:
     if path is not None:
         try:
-            return path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            with path.open("rb") as stream:
+                return read_bounded(stream, cap)
+        except OSError as exc:
             raise click.FileError(str(path), hint=str(exc)) from exc
     if from_stdin:
-        return sys.stdin.read()
+        return read_bounded(sys.stdin.buffer, cap)
     if detail.repaired is not None:
         start = json.dumps(detail.repaired, indent=2, ensure_ascii=False) + "\n"
     else:
@@ -347,23 +441,31 @@ def _corrected_text(detail: QuarantineDetail, path: Path | None, *, from_stdin: 
     edited = click.edit(start, extension=".json")
     if edited is None:
         raise click.UsageError("the editor closed without saving: nothing approved")
-    return edited
+    return read_bounded(io.BytesIO(edited.encode("utf-8", "surrogatepass")), cap)
 
 
-def _refused(quarantine_id: int, verdict: QuarantinedItem, *, as_json: bool) -> None:
-    signal = verdict.error
+def _decoded(data: bytes, path: Path | None) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        where = str(path) if path is not None else "the corrected item"
+        raise click.FileError(where, hint=f"not UTF-8 text: {exc}") from exc
+
+
+def _refused(quarantine_id: int, refusal: _Refusal, *, as_json: bool) -> None:
+    signal = refusal.signal
     if as_json:
         document = {
             "approved": False,
             "quarantine_id": quarantine_id,
-            "reason": str(verdict.reason),
-            "error": {**signal.to_json(), "message": verdict.message},
+            "reason": refusal.reason,
+            "error": {**signal.to_json(), "message": refusal.message},
         }
         click.echo(json.dumps(document, indent=2, ensure_ascii=False))
         return
     lines = [
         f"approval of #{quarantine_id} refused by the guardrails (nothing changed):",
-        f"  reason    {verdict.reason}",
+        f"  reason    {refusal.reason}",
         f"  path      {signal.path}",
         f"  expected  {signal.expected}",
         f"  received  {signal.received}",

@@ -11,7 +11,6 @@ from typing import Any
 
 from salvagelane.delivery import Redelivery
 from salvagelane.errors import NotFoundError
-from salvagelane.executor import RunOutcome
 from salvagelane.sinks import DeliveryOutcome
 from salvagelane.store import AttemptView, RunDetail, RunSummary, SinkDeliveryView
 from salvagelane.tables import aligned
@@ -59,31 +58,100 @@ def one_line(text: str, width: int) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def run_outcome(outcome: RunOutcome, database: str) -> str:
-    """The short summary ``salvagelane run`` prints."""
-    quarantined = outcome.quarantined_total
-    detail = f" ({_by_reason(outcome.quarantined)})" if quarantined else ""
+_CUT = {
+    "truncated": "truncated",
+    "stream": "the stream broke off",
+    "envelope": "part of the envelope was damaged",
+}
+
+
+def status_notes(run: RunSummary) -> list[str]:
+    """What stands behind the run's status: that its output was cut off (no review undoes
+    that), and how many of its items an operator approved (an operator's item is never
+    passed off as the model's, even in an ``ok`` report)."""
+    notes = []
+    if run.output_cut:
+        cut = ", ".join(_CUT.get(c, c) for c in run.output_cut)
+        notes.append(f"the model's output was cut off ({cut}): no review makes it ok")
+    if run.operator_approved:
+        notes.append(f"{_items(run.operator_approved)} approved by an operator (origin operator)")
+    return notes
+
+
+def _items(count: int) -> str:
+    return f"{count} item" + ("" if count == 1 else "s")
+
+
+def figures_line(run: RunSummary) -> str:
+    """The run's figures in one line: what ``quarantine approve`` says the run became."""
+    held = run.quarantined_count
+    detail = f" ({_by_reason(run.quarantined_by_reason)})" if held else ""
+    notes = "".join(f"; {note}" for note in status_notes(run))
+    return (
+        f"{run.status}, kept {run.kept_count} of {run.candidates} candidates, "
+        f"quarantined {held}{detail}{notes}"
+    )
+
+
+def run_json(detail: RunDetail, deliveries: Sequence[DeliveryOutcome] = ()) -> dict[str, Any]:
+    """What ``salvagelane run --json`` prints: the run as the store recorded it when it
+    ended (the figures every view shows), with how delivering it went."""
+    return {
+        "run_id": detail.id,
+        "instruction": detail.instruction_id,
+        "status": detail.status,
+        "partial": detail.partial,
+        "kept": detail.kept_count,
+        "operator_approved": detail.operator_approved,
+        "candidates": detail.candidates,
+        "quarantined": detail.quarantined_count,
+        "quarantined_by_reason": dict(detail.quarantined_by_reason),
+        "output_cut": list(detail.output_cut),
+        "finish_reason": detail.finish_reason,
+        "native_finish_reason": detail.native_finish_reason,
+        "attempts": len(detail.attempts),
+        "best_attempt": _best_attempt(detail),
+        "error": detail.error,
+        "deliveries": [
+            {"target": d.target, "kind": d.kind, "ok": d.ok, "error": d.error} for d in deliveries
+        ],
+    }
+
+
+def _best_attempt(detail: RunDetail) -> int | None:
+    """The number of the attempt the run's report came from."""
+    return next((a.number for a in detail.attempts if a.id == detail.best_attempt_id), None)
+
+
+def run_outcome(
+    detail: RunDetail, database: str, deliveries: Sequence[DeliveryOutcome] = ()
+) -> str:
+    """The short summary ``salvagelane run`` prints, from the run as stored."""
+    quarantined = detail.quarantined_count
+    reasons = f" ({_by_reason(detail.quarantined_by_reason)})" if quarantined else ""
     lines = [
-        f"run          {outcome.run_id}  ({outcome.instruction_id})",
-        f"status       {outcome.status}",
-        f"kept         {outcome.kept} of {outcome.candidates} candidates",
-        f"quarantined  {quarantined}{detail}",
+        f"run          {detail.id}  ({detail.instruction_id})",
+        f"status       {detail.status}",
+        f"kept         {detail.kept_count} of {detail.candidates} candidates",
+        f"quarantined  {quarantined}{reasons}",
     ]
-    if outcome.finish_reason is not None:
-        native = outcome.native_finish_reason
+    if detail.finish_reason is not None:
+        native = detail.native_finish_reason
         lines.append(
-            f"finish       {outcome.finish_reason}"
-            + (f" (provider: {native})" if native and native != outcome.finish_reason else "")
+            f"finish       {detail.finish_reason}"
+            + (f" (provider: {native})" if native and native != detail.finish_reason else "")
         )
-    best = f", report from attempt {outcome.best_attempt}" if outcome.best_attempt else ""
-    lines.append(f"attempts     {outcome.attempts}{best}")
-    if outcome.error:
-        lines.append(f"error        {outcome.error}")
-    for delivery in outcome.deliveries:
+    best = _best_attempt(detail)
+    lines.append(
+        f"attempts     {len(detail.attempts)}" + (f", report from attempt {best}" if best else "")
+    )
+    if detail.error:
+        lines.append(f"error        {detail.error}")
+    for delivery in deliveries:
         state = "delivered" if delivery.ok else f"FAILED: {one_line(delivery.error or '', 200)}"
         lines.append(f"sink         {delivery.kind} {delivery.target}: {state}")
     lines.append(f"database     {database}")
-    lines.append(f"details      salvagelane runs show {outcome.run_id[:8]}")
+    lines.append(f"details      salvagelane runs show {detail.id[:8]}")
     return "\n".join(lines)
 
 
@@ -111,7 +179,9 @@ def runs_table(runs: Sequence[RunSummary]) -> str:
                 run.instruction_id,
                 run.trigger + (" retry" if run.retry_of else ""),
                 when(run.scheduled_for),
-                run.status + _undelivered(run.sink_status),
+                run.status
+                + (f" ({run.operator_approved} approved)" if run.operator_approved else "")
+                + _undelivered(run.sink_status),
                 str(run.kept_count),
                 str(run.quarantined_count),
                 run.finish_reason or "-",
@@ -129,6 +199,7 @@ def run_detail(detail: RunDetail) -> str:
         + (f", scheduled for {when(detail.scheduled_for)}" if detail.scheduled_for else "")
         + (f", retry of {detail.retry_of}" if detail.retry_of else ""),
         f"status       {detail.status}",
+        *(f"             {note}" for note in status_notes(detail)),
         f"started      {when(detail.started_at)}",
         f"finished     {when(detail.finished_at)}",
     ]
@@ -161,11 +232,16 @@ def run_detail(detail: RunDetail) -> str:
     if report is None:
         lines.append("report       none stored")
     else:
-        counts = report.counts
+        approved = (
+            f" ({detail.operator_approved} approved by an operator)"
+            if detail.operator_approved
+            else ""
+        )
         lines.append(
             f"report       {report.status}: "
-            f"{counts.get('accepted', len(report.items))} of {counts.get('candidates', '?')} "
-            f"candidates kept; document {'valid' if report.document_valid else 'not valid'} JSON"
+            f"{detail.kept_count} of {detail.candidates} candidates kept{approved}, "
+            f"{detail.quarantined_count} quarantined; "
+            f"document {'valid' if report.document_valid else 'not valid'} JSON"
             + ("; output truncated" if report.truncated else "")
         )
         for name, value in report.envelope.items():
@@ -178,7 +254,9 @@ def run_detail(detail: RunDetail) -> str:
             origin = "" if item.origin == "model" else f" [{item.origin}]"
             lines.append(f"  {item.position + 1}. {one_line(text, _ITEM_WIDTH)}{origin}")
     lines.append("")
-    lines.append(f"quarantined ({len(detail.quarantined)})")
+    lines.append(
+        f"quarantine lane ({_items(len(detail.quarantined))}, {detail.quarantined_count} held back)"
+    )
     for held in detail.quarantined:
         where = f"item {held.source_index}" if held.source_index is not None else "output"
         message = held.error.get("message") or held.error

@@ -45,7 +45,10 @@ instructions_option = click.option(
 @contextmanager
 def open_store(database: str | None) -> Iterator[Store]:
     """The store at ``database`` (or the environment's default), upgraded if new, with
-    the model outputs spooled while it refused them imported."""
+    the model outputs spooled while it refused them imported.
+
+    A database that keeps nothing (in-memory SQLite) is refused by the store's URL check
+    (DatabaseUrlError, exit 2), for every command, before anything runs."""
     from salvagelane import environment
     from salvagelane.store import Store
 
@@ -215,12 +218,16 @@ def run_command(
             existing = store.runs_for_fire(exc.instruction_id, exc.scheduled_for)
             _report_duplicate(exc, existing, as_json=as_json)
             return
+        # What the run ended as is what the store recorded: printed from there, with the
+        # figures every other view shows, it cannot tell another story.
+        stored = store.get_run(outcome.run_id)
         location = store.url
     if as_json:
-        click.echo(json.dumps(outcome.to_json(), indent=2, ensure_ascii=False))
+        document = render.run_json(stored, outcome.deliveries)
+        click.echo(json.dumps(document, indent=2, ensure_ascii=False))
     else:
-        click.echo(render.run_outcome(outcome, location))
-    if outcome.status == "failed":
+        click.echo(render.run_outcome(stored, location, outcome.deliveries))
+    if stored.status == "failed":
         raise click.exceptions.Exit(EXIT_INVALID)
 
 

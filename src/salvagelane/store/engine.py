@@ -24,7 +24,7 @@ from alembic.util import CommandError
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from salvagelane.errors import StoreError
+from salvagelane.errors import DatabaseUrlError, StoreError
 
 MIGRATIONS_DIR = Path(__file__).resolve().with_name("migrations")
 DEFAULT_BUSY_TIMEOUT = 30.0
@@ -39,20 +39,57 @@ _PG_DRIVER = "postgresql+psycopg://"
 def database_url(url: str | None) -> str:
     """``url`` checked and normalised: PostgreSQL URLs are pointed at psycopg 3.
 
-    The default database is the caller's decision; ``None`` is refused.
+    The default database is the caller's decision; ``None`` is refused. So is a database
+    that keeps nothing (:func:`keeps_nothing`): every command that opens the store comes
+    through here, so none of them can store a run, a report or a verdict that vanishes
+    when it exits. DatabaseUrlError for every refusal.
     """
     if not url:
-        raise StoreError("no database URL given (expected sqlite:///PATH or postgresql://...)")
+        raise DatabaseUrlError(
+            "no database URL given (expected sqlite:///PATH or postgresql://...)"
+        )
     for prefix in _PG_PREFIXES:
         if url.startswith(prefix):
             url = _PG_DRIVER + url[len(prefix) :]
             break
     parsed = _parse(url)
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
-        raise StoreError(
+        raise DatabaseUrlError(
             f"{masked_url(parsed)}: unsupported database (expected sqlite:///PATH or postgresql://...)"
         )
+    if (why := keeps_nothing(parsed)) is not None:
+        raise DatabaseUrlError(
+            f"{masked_url(parsed)}: {why}: every run, report and review would vanish when "
+            "the process exits; give a database file (sqlite:///salvagelane.db, "
+            "sqlite:////var/lib/salvagelane/runs.db) or postgresql://user@host/db"
+        )
     return url
+
+
+def keeps_nothing(url: URL) -> str | None:
+    """Why the SQLite database ``url`` names lives only as long as its connection (an
+    in-memory or a temporary database), or None for a database that persists.
+
+    SQLite keeps nothing for an empty file name (``sqlite://``, ``sqlite:///``: SQLAlchemy
+    opens ``:memory:``), ``:memory:``, a URI of ``:memory:``, ``mode=memory`` or the
+    ``memdb`` VFS, and a URI with an empty path (a temporary database, deleted on close).
+    """
+    if url.get_backend_name() != "sqlite":
+        return None
+    name = url.database or ""
+    for key, memory in (("mode", "memory"), ("vfs", "memdb")):
+        value = url.query.get(key, ())
+        if memory in ((value,) if isinstance(value, str) else value):
+            return f"an in-memory SQLite database ({key}={memory}) keeps nothing"
+    if name in ("", ":memory:"):
+        return "an in-memory SQLite database keeps nothing"
+    if name.startswith("file:"):
+        path = name[len("file:") :]
+        if path == ":memory:":
+            return "an in-memory SQLite database keeps nothing"
+        if not path:
+            return "a temporary SQLite database (a file: URI without a path) keeps nothing"
+    return None
 
 
 def _parse(url: str) -> URL:
@@ -60,7 +97,9 @@ def _parse(url: str) -> URL:
         return sa.make_url(url)
     except ArgumentError as exc:
         # The text may hold a password, so it is not repeated.
-        raise StoreError(f"database URL is not well formed: {exc.__class__.__name__}") from exc
+        raise DatabaseUrlError(
+            f"database URL is not well formed: {exc.__class__.__name__}"
+        ) from exc
 
 
 def masked_url(url: str | URL) -> str:

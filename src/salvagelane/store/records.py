@@ -88,8 +88,12 @@ class QuarantineRecord:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunSummary:
-    """One line of ``list_runs``. ``kept_count`` counts report items; ``quarantined_count``
-    the run's quarantined items that were not superseded by another attempt's.
+    """One line of ``list_runs``. The figures (``status``, ``partial``, ``kept_count``,
+    ``operator_approved``, ``quarantined_count`` and ``quarantined_by_reason``,
+    ``candidates``, ``output_cut``, ``finish_reason``, ``native_finish_reason``) are the
+    ones every view shows, defined once in :mod:`salvagelane.store.figures`: kept counts
+    the report's items, an operator's included; quarantined counts the chosen attempt's
+    items still held back (pending or rejected).
     ``scheduled_for`` is the fire a scheduled run claimed (None for manual runs);
     ``fire_attempt`` is 2 for the one retry of an interrupted fire, named by ``retry_of``."""
 
@@ -106,6 +110,12 @@ class RunSummary:
     quarantined_count: int
     finish_reason: str | None
     sink_status: str | None
+    partial: bool
+    candidates: int
+    operator_approved: int
+    quarantined_by_reason: Mapping[str, int]
+    output_cut: tuple[str, ...]
+    native_finish_reason: str | None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -251,7 +261,9 @@ class QuarantineDetail(QuarantineView):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ApprovalView:
-    """What an approval changed: the item's place in the report and the report after it."""
+    """What an approval changed: the item's place in the report, and the report and its run
+    after it (``run``: the run's summary as ``list_runs`` now shows it; ``status``,
+    ``partial``, ``items`` and ``counts`` are the report's, the same figures)."""
 
     quarantine_id: int
     run_id: str
@@ -260,6 +272,20 @@ class ApprovalView:
     items: int
     counts: Mapping[str, JSONValue]
     partial: bool
+    status: str
+    run: RunSummary
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InputDigest:
+    """What the audit trail keeps of an operator's input to a refused approval: its size
+    in bytes, its SHA-256 and its first bytes (``head``, decoded as UTF-8 with invalid
+    bytes replaced; ``clipped`` when there was more), never the whole of it."""
+
+    size: int
+    sha256: str
+    head: str
+    clipped: bool
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -31,6 +31,7 @@ from salvagelane.store.engine import (
     store_errors,
     upgrade_connection,
 )
+from salvagelane.store.figures import RunFigures, figures_of, report_counts
 from salvagelane.store.models import (
     FIRE_CONSTRAINT,
     Attempt,
@@ -67,7 +68,6 @@ if TYPE_CHECKING:
     from salvagelane.store.deliveries import DeliveryOutbox
     from salvagelane.store.review import QuarantineLane
 
-T = TypeVar("T")
 V = TypeVar("V", bound="DataclassInstance")
 
 MIN_PREFIX = 8
@@ -658,7 +658,8 @@ class Store:
         """Everything stored about a run. ``run_id`` may be a unique prefix (8+ characters)."""
         with self._transaction(f"read run {run_id}") as session:
             run = self._resolve(session, run_id)
-            (summary,) = _summaries(session, [run])
+            figures = figures_of(session, [run])[run.id]
+            summary = _summary(run, figures)
             attempts = [
                 _attempt_view(row)
                 for row in session.scalars(
@@ -676,7 +677,7 @@ class Store:
                 run,
                 **_values(summary),
                 attempts=attempts,
-                report=_report_view(session, run.id),
+                report=_report_view(session, run.id, figures),
                 quarantined=[
                     _view(QuarantineView, row, attempt_number=numbers[row.attempt_id])
                     for row in quarantined
@@ -691,7 +692,7 @@ class Store:
         """
         with self._transaction(f"read the report of run {run_id}") as session:
             run = self._resolve(session, run_id)
-            report = _report_view(session, run.id)
+            report = _report_view(session, run.id, figures_of(session, [run])[run.id])
             if report is None:
                 raise NotFoundError(f"{self.url}: run {run.id} has no report (it is {run.status})")
             return {
@@ -703,6 +704,9 @@ class Store:
                 "counts": report.counts,
                 "envelope": report.envelope,
                 "items": [item.data for item in report.items],
+                # Parallel to items: an operator's correction is never passed off as the
+                # model's, even in a report whose status an approval made ok.
+                "item_origins": [item.origin for item in report.items],
             }
 
     def _resolve(self, session: Session, run_id: str) -> Run:
@@ -869,51 +873,27 @@ def _enqueue(
     ]
 
 
-def _by_run(session: Session, stmt: sa.Select[tuple[str, T]]) -> dict[str, T]:
-    """``{run_id: value}`` from a query of (run_id, value) rows; later rows win."""
-    return dict(session.execute(stmt).tuples().all())
-
-
 def _summaries(session: Session, runs: list[Run]) -> list[RunSummary]:
-    """Summaries of ``runs`` (in order), with their counts fetched in a few batch queries."""
-    ids = [run.id for run in runs]
-    kept = _by_run(
-        session,
-        sa.select(Report.run_id, sa.func.count(ReportItem.id))
-        .join(ReportItem, ReportItem.report_id == Report.id)
-        .where(Report.run_id.in_(ids))
-        .group_by(Report.run_id),
+    """Summaries of ``runs`` (in order), their figures from :func:`figures_of`."""
+    figures = figures_of(session, runs)
+    return [_summary(run, figures[run.id]) for run in runs]
+
+
+def _summary(run: Run, figures: RunFigures) -> RunSummary:
+    return _view(
+        RunSummary,
+        run,
+        status=figures.status,
+        partial=figures.partial,
+        kept_count=figures.kept,
+        operator_approved=figures.operator_approved,
+        quarantined_count=figures.quarantined,
+        quarantined_by_reason=dict(figures.quarantined_by_reason),
+        candidates=figures.candidates,
+        output_cut=figures.output_cut,
+        finish_reason=figures.finish_reason,
+        native_finish_reason=figures.native_finish_reason,
     )
-    quarantined = _by_run(
-        session,
-        sa.select(QuarantinedItem.run_id, sa.func.count(QuarantinedItem.id))
-        .where(QuarantinedItem.run_id.in_(ids), QuarantinedItem.review_status != SUPERSEDED)
-        .group_by(QuarantinedItem.run_id),
-    )
-    # The report's finish reason; for a run without report, that of its last attempt
-    # (attempts in number order, so the last one wins).
-    finish_reasons = _by_run(
-        session,
-        sa.select(Attempt.run_id, Attempt.finish_reason)
-        .where(Attempt.run_id.in_(ids))
-        .order_by(Attempt.number),
-    )
-    finish_reasons.update(
-        _by_run(
-            session,
-            sa.select(Report.run_id, Report.finish_reason).where(Report.run_id.in_(ids)),
-        )
-    )
-    return [
-        _view(
-            RunSummary,
-            run,
-            kept_count=kept.get(run.id, 0),
-            quarantined_count=quarantined.get(run.id, 0),
-            finish_reason=finish_reasons.get(run.id),
-        )
-        for run in runs
-    ]
 
 
 def _values(record: DataclassInstance, *, omit: Collection[str] = ()) -> dict[str, Any]:
@@ -935,11 +915,19 @@ def _attempt_view(row: Attempt) -> AttemptView:
     return _view(AttemptView, row, raw_output=raw, stored_length=stored)
 
 
-def _report_view(session: Session, run_id: str) -> ReportView | None:
+def _report_view(session: Session, run_id: str, figures: RunFigures) -> ReportView | None:
+    """The run's report; its status, partial flag and counts are the run's figures."""
     report = session.scalars(sa.select(Report).where(Report.run_id == run_id)).one_or_none()
     if report is None:
         return None
     items = session.scalars(
         sa.select(ReportItem).where(ReportItem.report_id == report.id).order_by(ReportItem.position)
     )
-    return _view(ReportView, report, items=[_view(ReportItemView, item) for item in items])
+    return _view(
+        ReportView,
+        report,
+        status=figures.status,
+        partial=figures.partial,
+        counts=report_counts(report.counts, figures),
+        items=[_view(ReportItemView, item) for item in items],
+    )

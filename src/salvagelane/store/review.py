@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from salvagelane.errors import NotFoundError, ReviewStateError
+from salvagelane.store.figures import settle
 from salvagelane.store.models import (
     Attempt,
     QuarantinedItem,
@@ -31,6 +32,7 @@ from salvagelane.store.models import (
 )
 from salvagelane.store.records import (
     ApprovalView,
+    InputDigest,
     QuarantineDetail,
     QuarantineFilter,
     QuarantineReviewView,
@@ -38,11 +40,13 @@ from salvagelane.store.records import (
     ReportItemRecord,
     ReviewAction,
 )
-from salvagelane.store.repository import SUPERSEDED, _view, decode_raw
+from salvagelane.store.repository import SUPERSEDED, _summary, _view, decode_raw
 
 Transactions = Callable[[str], AbstractContextManager[Session]]
 
 PENDING, APPROVED, REJECTED = "pending", "approved", "rejected"
+INPUT_HEAD_BYTES = 4096
+"""Bytes of an operator's refused input kept in the audit trail (with its size and hash)."""
 REVIEW_STATUSES = (PENDING, APPROVED, REJECTED, SUPERSEDED)
 CONTEXT_CHARS = 300
 """Characters of raw output shown on each side of an item's span."""
@@ -116,9 +120,10 @@ class QuarantineLane:
         ``expected_items`` is the report's item count the guardrails' item-count check
         saw: if another approval changed it meanwhile, nothing is written (ReviewStateError:
         check and approve again). The item is appended after the existing
-        items; the report's counts move the item from its reason to ``accepted`` (and
-        count ``operator_approved``); ``partial`` is cleared when no pending or rejected
-        item of the report's attempt remains. ``audit`` adds values to the audit row.
+        items; then the run's figures are settled (:func:`~salvagelane.store.figures.settle`):
+        the run's and the report's status, ``partial`` and counts are written as every view
+        computes them, so the run becomes ``ok`` once nothing of the chosen attempt is held
+        back, unless its output was cut off. ``audit`` adds values to the audit row.
         """
         with self._transaction(f"approve quarantined item {quarantine_id}") as session:
             row = self._item(session, quarantine_id, for_update=True)
@@ -156,18 +161,15 @@ class QuarantineLane:
                     origin="operator",
                 )
             )
-            before_report = {"partial": report.partial, "counts": report.counts}
-            report.counts = _moved_to_accepted(report.counts, row.reason)
-            unresolved = session.scalar(
-                sa.select(sa.func.count(QuarantinedItem.id)).where(
-                    QuarantinedItem.attempt_id == report.attempt_id,
-                    QuarantinedItem.id != row.id,
-                    QuarantinedItem.review_status.in_((PENDING, REJECTED)),
-                )
-            )
-            if not unresolved:
-                report.partial = False
+            run = session.get(Run, row.run_id, with_for_update=True)
+            assert run is not None  # a foreign key
+            before_report = {
+                "status": report.status,
+                "partial": report.partial,
+                "counts": report.counts,
+            }
             _decide(row, APPROVED, actor=actor, note=note, now=now)
+            figures = settle(session, run, report)
             self._audit(
                 session,
                 row,
@@ -180,7 +182,11 @@ class QuarantineLane:
                     "review_status": APPROVED,
                     "item": item.data,
                     "position": position,
-                    "report": {"partial": report.partial, "counts": report.counts},
+                    "report": {
+                        "status": report.status,
+                        "partial": report.partial,
+                        "counts": report.counts,
+                    },
                     **(audit or {}),
                 },
             )
@@ -189,22 +195,36 @@ class QuarantineLane:
                 run_id=row.run_id,
                 report_id=report.id,
                 position=position,
-                items=items + 1,
+                items=figures.kept,
                 counts=report.counts,
-                partial=report.partial,
+                partial=figures.partial,
+                status=figures.status,
+                run=_summary(run, figures),
             )
 
     def record_refused_approval(
         self,
         quarantine_id: int,
         *,
-        candidate: Any,
+        received: InputDigest,
         error: Mapping[str, Any],
         actor: str,
         note: str | None,
         now: datetime,
     ) -> None:
-        """Record an approval the guardrails refused: the audit row is all that changes."""
+        """Record an approval the guardrails refused: the audit row is all that changes.
+
+        Of the operator's input it keeps ``received``: the size, the SHA-256 and at most
+        :data:`INPUT_HEAD_BYTES` of it (clipped here too), never the whole payload: a
+        refusal must not let anyone fill the database.
+        """
+        head = clip_utf8(received.head, INPUT_HEAD_BYTES)
+        kept = {
+            "bytes": received.size,
+            "sha256": received.sha256,
+            "head": head,
+            "clipped": received.clipped or head != received.head,
+        }
         with self._transaction(f"record a refused approval of {quarantine_id}") as session:
             row = self._item(session, quarantine_id, for_update=True)
             self._audit(
@@ -215,7 +235,7 @@ class QuarantineLane:
                 note=note,
                 now=now,
                 before={"review_status": row.review_status},
-                after={"review_status": row.review_status, "candidate": candidate},
+                after={"review_status": row.review_status, "input": kept},
                 error=dict(error),
             )
 
@@ -440,19 +460,9 @@ def _decide(
         row.review_note = note
 
 
-def _moved_to_accepted(counts: Mapping[str, Any], reason: str) -> dict[str, Any]:
-    """``counts`` with one item of ``reason`` moved to ``accepted``, noted as an operator's.
-
-    Keys the report never had (other than ``accepted`` and ``operator_approved``) stay
-    absent: counts written by other code are updated, not invented.
-    """
-    moved = dict(counts)
-    moved["accepted"] = int(moved.get("accepted", 0)) + 1
-    if isinstance(moved.get("quarantined"), int):
-        moved["quarantined"] = max(0, moved["quarantined"] - 1)
-    by_reason = moved.get("by_reason")
-    if isinstance(by_reason, Mapping) and reason in by_reason:
-        remaining = {**by_reason, reason: int(by_reason[reason]) - 1}
-        moved["by_reason"] = {k: v for k, v in remaining.items() if v > 0}
-    moved["operator_approved"] = int(moved.get("operator_approved", 0)) + 1
-    return moved
+def clip_utf8(text: str, limit: int) -> str:
+    """The longest start of ``text`` whose UTF-8 form fits in ``limit`` bytes."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return text
+    return data[:limit].decode("utf-8", "ignore")

@@ -1,0 +1,226 @@
+"""The one definition of a run's figures: status, partial, kept, quarantined, candidates,
+finish reason (ADR 0007, "One truth for a run's figures").
+
+Every view of a run reads them from here: ``runs list``, ``runs show`` (text and JSON),
+``run --json``, the report payload a sink receives, and the answer of an approval. An
+approval writes them back onto the run's and the report's rows with :func:`settle`, so a
+query of the tables tells the same story too. Nothing else counts.
+
+- **kept**: the items of the run's report, the model's and the operator's.
+  **operator_approved**: those of them an operator added (origin ``operator``).
+- **quarantined**: the chosen attempt's quarantined items still held back, ``pending``
+  or ``rejected``. An approved one is in the report (counted as kept); ``superseded``
+  ones (rejects of attempts that were not chosen) are not counted.
+- **candidates**: the items the chosen attempt's output held (kept by the model plus
+  quarantined with an index), fixed when the run ended; reviews do not change it. An
+  output over the byte cap holds none: it is quarantined whole.
+- **output_cut**: why the chosen output counts as cut off (``truncated``, ``stream``
+  broken, ``envelope`` damaged). No review can undo these.
+- **status**: a run without a report keeps its own (``running``, ``failed``,
+  ``interrupted``, ``missed``); a report without an item keeps the status it ended with
+  (``failed``, or ``ok`` for an output whose list was empty); otherwise ``partial`` while
+  an item is held back or the output was cut off, else ``ok``. **partial** is
+  ``status == "partial"``.
+- **finish_reason**: the report's (the chosen attempt's canonical finish reason), else
+  the last attempt's (``error`` for a call that failed), else None (no call was made).
+  ``native_finish_reason`` is the provider's own word for the same attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from salvagelane.core.records import Reason
+from salvagelane.store.models import Attempt, QuarantinedItem, Report, ReportItem, Run
+
+HELD_BACK = ("pending", "rejected")
+"""Review states of a quarantined item of the chosen attempt that keep it out of the report."""
+
+CUT_TRUNCATED, CUT_STREAM, CUT_ENVELOPE = "truncated", "stream", "envelope"
+_REASON_ORDER = {reason.value: position for position, reason in enumerate(Reason)}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunFigures:
+    """A run's figures, as every view shows them (see the module docstring)."""
+
+    status: str
+    partial: bool
+    kept: int
+    operator_approved: int
+    quarantined: int
+    quarantined_by_reason: Mapping[str, int]
+    candidates: int
+    finish_reason: str | None
+    native_finish_reason: str | None
+    output_cut: tuple[str, ...]
+
+
+def figures_of(session: Session, runs: Sequence[Run]) -> dict[str, RunFigures]:
+    """The figures of ``runs`` by run id, from a few batch queries."""
+    ids = [run.id for run in runs]
+    if not ids:
+        return {}
+    reports = {
+        row.run_id: row
+        for row in session.execute(
+            sa.select(
+                Report.run_id,
+                Report.id,
+                Report.attempt_id,
+                Report.status,
+                Report.truncated,
+                Report.finish_reason,
+                Report.counts,
+            ).where(Report.run_id.in_(ids))
+        )
+    }
+    kept: dict[tuple[str, str], int] = {
+        (report_id, origin): count
+        for report_id, origin, count in session.execute(
+            sa.select(ReportItem.report_id, ReportItem.origin, sa.func.count(ReportItem.id))
+            .join(Report, Report.id == ReportItem.report_id)
+            .where(Report.run_id.in_(ids))
+            .group_by(ReportItem.report_id, ReportItem.origin)
+        ).tuples()
+    }
+    # Every quarantined item of each report's attempt, by reason, review state and whether
+    # it stood for a candidate (an index) or for the whole output.
+    chosen: dict[str, list[tuple[str, str, bool, int]]] = {}
+    for run_id, reason, review, indexed, count in session.execute(
+        sa.select(
+            QuarantinedItem.run_id,
+            QuarantinedItem.reason,
+            QuarantinedItem.review_status,
+            QuarantinedItem.source_index.is_not(None),
+            sa.func.count(QuarantinedItem.id),
+        )
+        .join(Report, Report.attempt_id == QuarantinedItem.attempt_id)
+        # The run_id filter lets the database use the quarantine's run_id index.
+        .where(QuarantinedItem.run_id.in_(ids), Report.run_id.in_(ids))
+        .group_by(
+            QuarantinedItem.run_id,
+            QuarantinedItem.reason,
+            QuarantinedItem.review_status,
+            QuarantinedItem.source_index.is_not(None),
+        )
+    ).tuples():
+        chosen.setdefault(run_id, []).append((reason, review, bool(indexed), count))
+    attempts: dict[str, list[Any]] = {}
+    for row in session.execute(
+        sa.select(
+            Attempt.run_id,
+            Attempt.id,
+            Attempt.finish_reason,
+            Attempt.native_finish_reason,
+            Attempt.stream_error,
+        )
+        .where(Attempt.run_id.in_(ids))
+        .order_by(Attempt.number)
+    ):
+        attempts.setdefault(row.run_id, []).append(row)
+
+    figures: dict[str, RunFigures] = {}
+    for run in runs:
+        calls = attempts.get(run.id, [])
+        report = reports.get(run.id)
+        if report is None:
+            last = calls[-1] if calls else None
+            figures[run.id] = RunFigures(
+                status=run.status,
+                partial=False,
+                kept=0,
+                operator_approved=0,
+                quarantined=0,
+                quarantined_by_reason={},
+                candidates=0,
+                finish_reason=None if last is None else last.finish_reason,
+                native_finish_reason=None if last is None else last.native_finish_reason,
+                output_cut=(),
+            )
+            continue
+        call = next((a for a in calls if a.id == report.attempt_id), None)
+        by_model = kept.get((report.id, "model"), 0)
+        kept_total = sum(n for (report_id, _), n in kept.items() if report_id == report.id)
+        rows = chosen.get(run.id, [])
+        held: dict[str, int] = {}
+        for reason, review, _, count in rows:
+            if review in HELD_BACK:
+                held[reason] = held.get(reason, 0) + count
+        stored = report.counts if isinstance(report.counts, Mapping) else {}
+        candidates = stored.get("candidates")
+        if not isinstance(candidates, int) or isinstance(candidates, bool):
+            candidates = by_model + sum(count for _, _, indexed, count in rows if indexed)
+        cut = _output_cut(
+            truncated=report.truncated,
+            stream_error=None if call is None else call.stream_error,
+            envelope_issues=stored.get("envelope_issues"),
+            legacy_partial=report.status == "partial" and not rows,
+        )
+        quarantined = sum(held.values())
+        # A report without an item keeps the status it ended with (approvals add items).
+        status = run.status if kept_total == 0 else "partial" if quarantined or cut else "ok"
+        figures[run.id] = RunFigures(
+            status=status,
+            partial=status == "partial",
+            kept=kept_total,
+            operator_approved=kept_total - by_model,
+            quarantined=quarantined,
+            quarantined_by_reason=dict(
+                sorted(held.items(), key=lambda kv: (_REASON_ORDER.get(kv[0], 99), kv[0]))
+            ),
+            candidates=candidates,
+            finish_reason=report.finish_reason,
+            native_finish_reason=None if call is None else call.native_finish_reason,
+            output_cut=cut,
+        )
+    return figures
+
+
+def _output_cut(
+    *, truncated: bool, stream_error: str | None, envelope_issues: Any, legacy_partial: bool
+) -> tuple[str, ...]:
+    cut = []
+    if truncated:
+        cut.append(CUT_TRUNCATED)
+    if stream_error is not None:
+        cut.append(CUT_STREAM)
+    if isinstance(envelope_issues, int) and not isinstance(envelope_issues, bool):
+        if envelope_issues > 0:
+            cut.append(CUT_ENVELOPE)
+    elif legacy_partial and not cut:
+        # A report stored before envelope issues were counted: partial with nothing
+        # quarantined, not truncated and an intact stream was partial for its envelope.
+        cut.append(CUT_ENVELOPE)
+    return tuple(cut)
+
+
+def report_counts(stored: Any, figures: RunFigures) -> dict[str, Any]:
+    """The report's ``counts`` as every view shows them (and an approval stores them):
+    what was stored, with the figures that reviews move written over it."""
+    counts = dict(stored) if isinstance(stored, Mapping) else {}
+    counts.update(
+        candidates=figures.candidates,
+        accepted=figures.kept,
+        quarantined=figures.quarantined,
+        by_reason=dict(figures.quarantined_by_reason),
+        operator_approved=figures.operator_approved,
+    )
+    return counts
+
+
+def settle(session: Session, run: Run, report: Report) -> RunFigures:
+    """Write ``run``'s figures onto its row and its report's (status, partial, counts)
+    after a review changed them; returns them. The caller holds both rows locked."""
+    session.flush()
+    figures = figures_of(session, [run])[run.id]
+    run.status = figures.status
+    report.status = figures.status
+    report.partial = figures.partial
+    report.counts = report_counts(report.counts, figures)
+    return figures
