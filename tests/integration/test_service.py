@@ -8,6 +8,8 @@ missed fires and stale-run recovery are checked without waiting for wall-clock t
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -280,6 +282,61 @@ def test_no_fire_starts_once_stopping(project: Path, store: Store) -> None:
     service.fire("daily-triage", at(0, 5, 20))
 
     assert rows(store) == []  # unclaimed: the stop's settlement or the next start decides
+
+
+class _LosingLock(_NoLock):
+    """Grants the lead once, then reports it lost (a database connection that died)."""
+
+    def __init__(self) -> None:
+        self.held = True
+
+    def try_acquire(self) -> bool:
+        return self.held
+
+    def is_held(self) -> bool:
+        return self.held
+
+
+def test_a_fire_thread_left_from_a_lost_lead_starts_no_run(project: Path, store: Store) -> None:
+    """Issue 11.2: a fire thread of a lead that had ended (queued in the pool, or waiting
+    for the instruction's lock) went on to claim and call the provider, with the HTTP
+    client already closed under it in a stopping process."""
+    lock = _LosingLock()
+    announced: list[str] = []
+    lost = threading.Event()
+
+    def announce(line: str) -> None:
+        announced.append(line)
+        if line.startswith("lost the scheduler lock"):
+            lost.set()
+
+    service = Service(
+        ServeSettings(instructions_dir=project / "instructions", poll_seconds=0.05),
+        store=store,
+        lock=lock,
+        connector_for=lambda instruction: ReplayConnector(FIXTURE),
+        sinks_for=lambda instruction: (),
+        announce=announce,
+    )
+    service.load()
+    serving = threading.Thread(target=service.serve, daemon=True)
+    serving.start()
+    try:
+        while not any(line.startswith("leader:") for line in announced):
+            assert serving.is_alive()
+            time.sleep(0.01)
+        lock.held = False
+        assert lost.wait(30), announced
+
+        with capture_logs() as logs:
+            service.fire("daily-triage", at(0, 5, 20))
+    finally:
+        service.request_stop("test over")
+        serving.join(30)
+
+    assert not serving.is_alive()
+    assert [run for run in store.list_runs() if run.scheduled_for == at(0, 5, 20)] == []
+    assert [e["event"] for e in logs] == ["fire", "fire.skipped"]
 
 
 # --- crash recovery -----------------------------------------------------------------------------
