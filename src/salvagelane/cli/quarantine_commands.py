@@ -23,7 +23,6 @@ from salvagelane.cli.fixture_commands import destination_options, echo_captured
 from salvagelane.cli.render import one_line, to_json, when
 from salvagelane.cli.run_commands import (
     database_option,
-    find_instruction,
     instructions_option,
     json_option,
     open_store,
@@ -270,6 +269,7 @@ def quarantine_approve_command(
     """
     from salvagelane.core import QuarantinedItem, check_item
     from salvagelane.definitions import resolve_allow_lists, resolve_context
+    from salvagelane.definitions.ids import instruction_by_id
     from salvagelane.store import ReportItemRecord
     from salvagelane.store.review import require_pending, require_report
 
@@ -283,7 +283,12 @@ def quarantine_approve_command(
         # Refuse before the operator spends time in an editor.
         require_pending(detail, "approve")
         require_report(detail)
-        definition = find_instruction(detail.instruction_id, instructions_dir)
+        # The stored id is data: looked up among the operator's definitions, never a path.
+        definition = instruction_by_id(
+            detail.instruction_id,
+            instructions_dir,
+            where=f"quarantined item #{quarantine_id}: instruction",
+        )
         policy = definition.salvage_policy(
             resolve_allow_lists(definition, resolve_context(definition))
         )
