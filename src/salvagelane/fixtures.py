@@ -24,6 +24,14 @@ A fixture is a directory holding:
 Replaying a fixture salvages ``raw.txt`` with today's definition of its instruction
 (schema, items path, guardrails, allow-lists) and compares the outcome with
 ``expected.json``: no provider is called and no database is opened.
+
+A fixture is data: it arrives attached to bug reports. ``instruction`` must be an
+instruction id, and is looked up only among the definitions of the instructions
+directory (:func:`salvagelane.definitions.ids.instruction_by_id`), never opened as a
+path; the three files must be regular files (no symbolic link, FIFO or device) of
+bounded size; ``source`` and fields not listed here are never interpreted. A fixture
+that breaks these rules is refused (verdict ``refused``): nothing of it is salvaged,
+compared or written.
 """
 
 from __future__ import annotations
@@ -37,7 +45,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from salvagelane.connectors.replay import read_call_meta, recorded_finish_reason
+from salvagelane.connectors.replay import (
+    read_call_meta,
+    read_fixture_bytes,
+    read_fixture_json,
+    read_fixture_text,
+    recorded_finish_reason,
+)
 from salvagelane.core import SalvagePolicy, salvage
 from salvagelane.core.canonical import canonical_sha256
 from salvagelane.core.outcome import (
@@ -49,7 +63,6 @@ from salvagelane.core.outcome import (
     outcome_of,
 )
 from salvagelane.errors import InputError, NotFoundError, SalvagelaneError
-from salvagelane.loading import load_json_file, read_raw
 from salvagelane.logs import MIN_SECRET_LENGTH, secret_field_name
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is only needed to capture
@@ -60,7 +73,7 @@ RAW_FILE = "raw.txt"
 META_FILE = "meta.json"
 EXPECTED_FILE = "expected.json"
 
-Verdict = Literal["same", "differs", "error", "updated", "recorded"]
+Verdict = Literal["same", "differs", "error", "refused", "updated", "recorded"]
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -104,8 +117,16 @@ class Fixture:
 
 
 def is_fixture(directory: Path) -> bool:
-    """Whether ``directory`` holds a recorded output (``raw.txt`` and ``meta.json``)."""
-    return (directory / RAW_FILE).is_file() and (directory / META_FILE).is_file()
+    """Whether ``directory`` holds a recorded output (``raw.txt`` and ``meta.json``).
+
+    Any entry of those names counts, so a fixture whose file is a link or a FIFO is
+    found, and refused when replayed, rather than passed over in silence.
+    """
+    return all(_entry_exists(directory / name) for name in (RAW_FILE, META_FILE))
+
+
+def _entry_exists(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
 
 
 def discover(paths: Iterable[Path]) -> list[Path]:
@@ -130,7 +151,7 @@ def discover(paths: Iterable[Path]) -> list[Path]:
 
 def load_fixture(directory: Path) -> Fixture:
     """The fixture in ``directory``; InputError naming the file and what was wrong."""
-    raw = read_raw(directory / RAW_FILE, None)
+    raw = read_fixture_text(directory / RAW_FILE)
     meta = read_meta(directory / META_FILE)
     return Fixture(path=directory, raw=raw, meta=meta, expected=read_expected(directory))
 
@@ -138,9 +159,12 @@ def load_fixture(directory: Path) -> Fixture:
 def read_expected(directory: Path) -> Outcome | None:
     """The fixture's ``expected.json``, or None when there is none."""
     path = directory / EXPECTED_FILE
-    if not path.exists():
+    if not _entry_exists(path):
         return None
-    document = load_json_file(path, what="fixture file", error=InputError)
+    return _outcome(path, read_fixture_json(path))
+
+
+def _outcome(path: Path, document: Any) -> Outcome:
     try:
         return Outcome.from_json(document)
     except ValueError as exc:
@@ -148,10 +172,12 @@ def read_expected(directory: Path) -> Outcome | None:
 
 
 def read_meta(path: Path) -> FixtureMeta:
+    """``meta.json``; InputError when it is unreadable or its ``instruction`` is not an
+    instruction id (a path, however it is spelled, is refused here)."""
+    from salvagelane.definitions.ids import require_instruction_id
+
     document = read_call_meta(path)
-    instruction = document.get("instruction")
-    if not isinstance(instruction, str) or not instruction:
-        raise InputError(f"{path}: instruction: expected the id of an instruction definition")
+    instruction = require_instruction_id(document.get("instruction"), where=f"{path}: instruction")
     usage = document["usage"]
     return FixtureMeta(
         instruction=instruction,
@@ -207,8 +233,11 @@ def replay_outcome(fixture: Fixture, policy: SalvagePolicy) -> Outcome:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FixtureReplay:
-    """The verdict on one fixture: ``same``, ``differs`` or ``error`` (and, with update,
-    ``updated`` or ``recorded`` when ``expected.json`` was rewritten or written)."""
+    """The verdict on one fixture: ``same``, ``differs``, ``error`` (it could not be
+    compared) or ``refused`` (its files are not a fixture salvagelane accepts: a file that
+    is not a regular one, a ``meta.json`` whose ``instruction`` is not the id of a
+    definition in the instructions directory) and, with update, ``updated`` or
+    ``recorded`` when ``expected.json`` was rewritten or written."""
 
     path: Path
     verdict: Verdict
@@ -230,21 +259,30 @@ class FixtureReplay:
 
 
 class Replayer:
-    """Replays fixtures against today's definitions, each loaded and resolved once.
+    """Replays fixtures against today's definitions in ``instructions_dir``, each
+    looked up, loaded and resolved once.
 
-    ``find_instruction`` maps an instruction id to its definition (the CLI looks it up
-    in ``--instructions``). Context is resolved only when an allow-list needs it, so a
-    definition whose prompt context calls out to a service replays offline.
+    A fixture's ``instruction`` is only ever an id looked up among those definitions
+    (never a path), so nothing outside the operator's own definitions is loaded or
+    run. Context is resolved only when an allow-list needs it, so a definition whose
+    prompt context calls out to a service replays offline.
     """
 
-    def __init__(self, find_instruction: Callable[[str], Instruction]) -> None:
-        self._find = find_instruction
+    def __init__(self, instructions_dir: Path) -> None:
+        self._directory = instructions_dir
         self._policies: dict[str, SalvagePolicy | SalvagelaneError] = {}
 
     def policy_for(self, instruction_id: str) -> SalvagePolicy:
+        """The salvage policy of the definition with id ``instruction_id``; InputError
+        for anything but an id, NotFoundError when no definition has it."""
+        from salvagelane.definitions.ids import instruction_by_id
+
         if instruction_id not in self._policies:
             try:
-                self._policies[instruction_id] = _policy(self._find(instruction_id))
+                instruction = instruction_by_id(
+                    instruction_id, self._directory, where="instruction"
+                )
+                self._policies[instruction_id] = _policy(instruction)
             except SalvagelaneError as exc:
                 self._policies[instruction_id] = exc
         policy = self._policies[instruction_id]
@@ -254,24 +292,34 @@ class Replayer:
 
     def replay(self, directory: Path, *, update: bool = False) -> FixtureReplay:
         """Replay the fixture in ``directory``; with ``update``, record the outcome in
-        ``expected.json`` when it is missing, unreadable or different."""
-        instruction: str | None = None
+        ``expected.json`` when it is missing, unreadable or different (never in a
+        refused fixture)."""
         try:
-            fixture = _load_for_replay(directory)
-            instruction = fixture.meta.instruction
-            actual = replay_outcome(fixture, self.policy_for(instruction))
+            raw = read_fixture_text(directory / RAW_FILE)
+            meta = read_meta(directory / META_FILE)
+        except InputError as exc:
+            return _verdict(directory, "refused", None, exc)
+        instruction = meta.instruction
+        try:
+            policy = self.policy_for(instruction)
+        except (InputError, NotFoundError) as exc:
+            # Said once per id, so the fixture's meta.json is named here.
+            return _verdict(directory, "refused", instruction, exc, where=directory / META_FILE)
+        except SalvagelaneError as exc:
+            return _verdict(directory, "error", instruction, exc)
+        try:
+            expected = _expected_for_replay(directory)
         except _UnusableExpected as exc:
             if not update:
-                return FixtureReplay(path=directory, verdict="error", error=str(exc))
-            fixture = exc.fixture
-            instruction = fixture.meta.instruction
-            try:
-                actual = replay_outcome(fixture, self.policy_for(instruction))
-            except SalvagelaneError as inner:
-                return _error(directory, instruction, inner)
+                return _verdict(directory, "error", instruction, exc)
+            expected = None  # --update records it again
+        except InputError as exc:
+            return _verdict(directory, "refused", instruction, exc)
+        fixture = Fixture(path=directory, raw=raw, meta=meta, expected=expected)
+        try:
+            actual = replay_outcome(fixture, policy)
         except SalvagelaneError as exc:
-            return _error(directory, instruction, exc)
-        expected = fixture.expected
+            return _verdict(directory, "error", instruction, exc)
         if expected is None:
             if update:
                 write_expected(directory, actual)
@@ -307,27 +355,47 @@ class Replayer:
 class _UnusableExpected(InputError):
     """``expected.json`` exists but cannot be read as an outcome; ``--update`` replaces it."""
 
-    def __init__(self, message: str, fixture: Fixture) -> None:
-        super().__init__(message)
-        self.fixture = fixture
 
-
-def _load_for_replay(directory: Path) -> Fixture:
-    raw = read_raw(directory / RAW_FILE, None)
-    meta = read_meta(directory / META_FILE)
-    bare = Fixture(path=directory, raw=raw, meta=meta, expected=None)
+def _expected_for_replay(directory: Path) -> Outcome | None:
+    """``expected.json`` as an outcome, or None when there is none. InputError when the
+    file itself is refused (a link, not a regular file, too large); _UnusableExpected
+    when its content is not an outcome."""
+    path = directory / EXPECTED_FILE
+    if not _entry_exists(path):
+        return None
+    data = read_fixture_bytes(path)
+    hint = f"(run salvagelane replay {directory} --update to record it again)"
     try:
-        expected = read_expected(directory)
-    except InputError as exc:
+        document = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
         raise _UnusableExpected(
-            f"{exc} (run salvagelane replay {directory} --update to record it again)", bare
+            f"fixture file {path}: not UTF-8 text (byte {exc.start}) {hint}"
         ) from exc
-    return Fixture(path=directory, raw=raw, meta=meta, expected=expected)
+    except json.JSONDecodeError as exc:
+        raise _UnusableExpected(
+            f"fixture file {path}: not valid JSON at line {exc.lineno} column {exc.colno}: "
+            f"{exc.msg} {hint}"
+        ) from exc
+    except RecursionError as exc:
+        raise _UnusableExpected(f"fixture file {path}: nested too deeply to read {hint}") from exc
+    try:
+        return Outcome.from_json(document)
+    except ValueError as exc:
+        raise _UnusableExpected(f"{path}: {exc} {hint}") from exc
 
 
-def _error(directory: Path, instruction: str | None, exc: SalvagelaneError) -> FixtureReplay:
+def _verdict(
+    directory: Path,
+    verdict: Verdict,
+    instruction: str | None,
+    exc: SalvagelaneError,
+    *,
+    where: Path | None = None,
+) -> FixtureReplay:
     message = " ".join(str(exc).split())
-    return FixtureReplay(path=directory, verdict="error", instruction=instruction, error=message)
+    if where is not None:
+        message = f"{where}: {message}"
+    return FixtureReplay(path=directory, verdict=verdict, instruction=instruction, error=message)
 
 
 def _policy(instruction: Instruction) -> SalvagePolicy:
@@ -369,10 +437,17 @@ def capture_run(
     with raw output. ``expected.json`` is the outcome the run stored (its report's model
     items and that attempt's quarantine), so a replay checks today's definition against
     what really happened; it is left out for an attempt without a stored report. Refuses
-    a non-empty ``to`` unless ``force``, and refuses to write any value of a secret
-    environment variable (``*_API_KEY``, ``*_TOKEN``...).
+    a non-empty ``to`` unless ``force``, a run whose stored instruction is not an
+    instruction id, and to write any value of a secret environment variable
+    (``*_API_KEY``, ``*_TOKEN``...).
     """
+    from salvagelane.definitions.ids import require_instruction_id
+
     detail = store.get_run(run_id)
+    # Read back from the database: written into meta.json only if replay will take it.
+    instruction_id = require_instruction_id(
+        detail.instruction_id, where=f"run {detail.id}: instruction"
+    )
     chosen = _chosen_attempt(detail, attempt)
     raw = chosen.raw_output
     assert raw is not None  # _chosen_attempt only returns attempts with raw output
@@ -393,7 +468,7 @@ def capture_run(
     }
     usage = chosen.usage or {}
     meta = FixtureMeta(
-        instruction=detail.instruction_id,
+        instruction=instruction_id,
         finish_reason=chosen.finish_reason,
         native_finish_reason=chosen.native_finish_reason,
         model=chosen.model,
@@ -502,5 +577,5 @@ def _prepare_directory(directory: Path, *, force: bool) -> None:
 
 def summarise(replays: Sequence[FixtureReplay]) -> dict[str, int]:
     """How many fixtures got each verdict, in a fixed order."""
-    order: tuple[Verdict, ...] = ("same", "differs", "error", "updated", "recorded")
+    order: tuple[Verdict, ...] = ("same", "differs", "error", "refused", "updated", "recorded")
     return {verdict: sum(1 for r in replays if r.verdict == verdict) for verdict in order}

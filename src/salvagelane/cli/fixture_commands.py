@@ -9,10 +9,9 @@ from pathlib import Path
 
 import click
 
-from salvagelane.cli.app import EXIT_INVALID, cli
+from salvagelane.cli.app import EXIT_INVALID, EXIT_USAGE, cli
 from salvagelane.cli.run_commands import (
     database_option,
-    find_instruction,
     instructions_option,
     json_option,
     open_store,
@@ -47,8 +46,9 @@ def destination_options(command: Callable[..., None]) -> Callable[..., None]:
 
 
 def replayer_for(instructions_dir: Path) -> Replayer:
-    """The replayer ``salvagelane replay`` uses: definitions looked up in ``instructions_dir``."""
-    return Replayer(lambda instruction_id: find_instruction(instruction_id, instructions_dir))
+    """The replayer ``salvagelane replay`` (and the test suite) uses: a fixture's
+    instruction is an id looked up among the definitions in ``instructions_dir`` only."""
+    return Replayer(instructions_dir)
 
 
 @cli.group("fixture")
@@ -119,8 +119,13 @@ def replay_command(
     Each PATH is a fixture directory (raw.txt, meta.json, expected.json) or a directory
     searched recursively for them. The raw output is salvaged with the current
     definition of the fixture's instruction; no provider is called, no database opened.
+    A fixture is data: its meta.json names its instruction by id, looked up in
+    --instructions only, never as a path.
+
     Exit 1 if any fixture differs or cannot be replayed; with --update, differing
-    fixtures are rewritten (exit 0 unless one cannot be replayed).
+    fixtures are rewritten (exit 0 unless one cannot be replayed). Exit 2 if any fixture
+    is refused (meta.json naming a path or an unknown id, a file that is a link):
+    the others are still replayed.
     """
     directories = discover(paths)
     replayer = replayer_for(instructions_dir)
@@ -138,6 +143,8 @@ def replay_command(
         click.echo(json.dumps(document, indent=2, ensure_ascii=False))
     else:
         click.echo(render_replays(replays, counts))
+    if counts["refused"]:
+        raise click.exceptions.Exit(EXIT_USAGE)
     if counts["error"] or counts["differs"]:
         raise click.exceptions.Exit(EXIT_INVALID)
 

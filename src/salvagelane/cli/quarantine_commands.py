@@ -27,7 +27,6 @@ from salvagelane.cli.fixture_commands import destination_options, echo_captured
 from salvagelane.cli.render import one_line, to_json, when
 from salvagelane.cli.run_commands import (
     database_option,
-    find_instruction,
     instructions_option,
     json_option,
     open_store,
@@ -275,6 +274,7 @@ def quarantine_approve_command(
     is printed and the exit status is 1.
     """
     from salvagelane.definitions import resolve_allow_lists, resolve_context
+    from salvagelane.definitions.ids import instruction_by_id
     from salvagelane.store import ReportItemRecord
     from salvagelane.store.review import require_pending, require_report
 
@@ -289,7 +289,12 @@ def quarantine_approve_command(
         require_pending(detail, "approve")
         require_report(detail)
         assert detail.report_items is not None  # require_report
-        definition = find_instruction(detail.instruction_id, instructions_dir)
+        # The stored id is data: looked up among the operator's definitions, never a path.
+        definition = instruction_by_id(
+            detail.instruction_id,
+            instructions_dir,
+            where=f"quarantined item #{quarantine_id}: instruction",
+        )
         policy = definition.salvage_policy(
             resolve_allow_lists(definition, resolve_context(definition))
         )

@@ -14,7 +14,7 @@ import click
 
 from salvagelane.cli import render
 from salvagelane.cli.app import EXIT_INVALID, cli
-from salvagelane.errors import DefinitionError, NotFoundError, SalvagelaneError
+from salvagelane.errors import NotFoundError, SalvagelaneError
 
 if TYPE_CHECKING:  # imported lazily at run time: `salvage` and `check` never need them
     import httpx
@@ -88,36 +88,26 @@ def recover_spooled(store: Store, url: str) -> None:
             log.warning("spool.kept", spool_file=str(done.path), problem=done.problem)
 
 
-def find_instruction(reference: str, directory: Path) -> Instruction:
-    """The definition named by ``reference``: a path to a YAML file, or an id looked up in
-    ``directory`` (``<id>.yaml`` first, then every definition's ``id``)."""
-    from salvagelane.definitions import definition_files, load_instruction
+def instruction_from_argument(reference: str, directory: Path) -> Instruction:
+    """The definition named by INSTRUCTION as the operator typed it: a path to a YAML file
+    (trusted: the operator chose it), else an id looked up in ``directory``.
+
+    Only for the command line. An id read from a file or the database (a fixture's
+    meta.json, a stored run) goes through :func:`salvagelane.definitions.ids.instruction_by_id`,
+    which never takes a path.
+    """
+    from salvagelane.definitions import load_instruction
+    from salvagelane.definitions.ids import instruction_by_id, is_instruction_id, shown
 
     as_path = Path(reference)
     if as_path.suffix in {".yaml", ".yml"} and as_path.is_file():
         return load_instruction(as_path)
-    for suffix in (".yaml", ".yml"):
-        candidate = directory / f"{reference}{suffix}"
-        if candidate.is_file():
-            instruction = load_instruction(candidate)
-            if instruction.id == reference:
-                return instruction
-    known: list[str] = []
-    broken = 0
-    for path in definition_files(directory):
-        try:
-            instruction = load_instruction(path)
-        except DefinitionError:
-            broken += 1
-            continue
-        if instruction.id == reference:
-            return instruction
-        known.append(instruction.id)
-    hint = f" ({broken} definition(s) could not be loaded: run salvagelane check)" if broken else ""
-    raise NotFoundError(
-        f"no instruction {reference!r} in {directory}/: expected one of "
-        f"{', '.join(sorted(known)) or 'none'}{hint}"
-    )
+    if not is_instruction_id(reference):
+        raise NotFoundError(
+            f"INSTRUCTION: expected the id of a definition in {directory}/ or an existing "
+            f".yaml or .yml file, got {shown(reference)}"
+        )
+    return instruction_by_id(reference, directory)
 
 
 @cli.command("run")
@@ -175,7 +165,7 @@ def run_command(
     from salvagelane.executor import Executor, Trigger
     from salvagelane.sinks import build_sinks
 
-    definition = find_instruction(instruction, instructions_dir)
+    definition = instruction_from_argument(instruction, instructions_dir)
     if replay is not None:
         trigger = Trigger.REPLAY
     else:
@@ -353,6 +343,7 @@ def runs_redeliver_command(
     """
     import httpx
 
+    from salvagelane.definitions.ids import instruction_by_id
     from salvagelane.delivery import deliver_report, redeliver_open
     from salvagelane.logs import bound
     from salvagelane.sinks import build_sinks
@@ -372,7 +363,9 @@ def runs_redeliver_command(
         else:
             assert run_id is not None
             detail = store.get_run(run_id)
-            definition = find_instruction(detail.instruction_id, instructions_dir)
+            definition = instruction_by_id(
+                detail.instruction_id, instructions_dir, where=f"run {detail.id}: instruction"
+            )
             if not definition.sinks:
                 raise click.UsageError(f"instruction {definition.id!r} defines no sinks")
             with bound(run_id=detail.id, instruction=definition.id):
@@ -396,11 +389,12 @@ class _DefinitionSinks:
         self._sinks: dict[str, list[Sink] | str] = {}
 
     def sinks_for_run(self, run: DeliveryRun) -> list[Sink]:
+        from salvagelane.definitions.ids import instruction_by_id
         from salvagelane.sinks import build_sinks
 
         if run.instruction_id not in self._sinks:
             try:
-                definition = find_instruction(run.instruction_id, self._directory)
+                definition = instruction_by_id(run.instruction_id, self._directory)
                 self._sinks[run.instruction_id] = build_sinks(definition.sinks, client=self._client)
             except SalvagelaneError as exc:
                 self._sinks[run.instruction_id] = str(exc)

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import errno
+import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from salvagelane.connectors.base import Completion, CompletionRequest
 from salvagelane.core.finish import FinishReason, canonical_finish_reason
 from salvagelane.errors import ConnectorError, InputError
-from salvagelane.loading import load_json_file, read_raw
+
+MAX_FIXTURE_FILE_BYTES = 256 * 1024 * 1024
+"""Largest ``raw.txt`` or ``expected.json`` a fixture may hold: what reading one costs is
+bounded."""
+MAX_META_BYTES = 1024 * 1024
+"""Largest ``meta.json``: a few fields."""
 
 
 class ReplayConnector:
@@ -18,7 +27,7 @@ class ReplayConnector:
     raw output file itself (what a definition's ``connector.fixture`` names), with an
     optional ``meta.json`` beside it. ``meta.json`` may hold ``finish_reason``,
     ``native_finish_reason``, ``usage`` (``prompt_tokens``, ``completion_tokens``) and
-    ``model``.
+    ``model``. Both are read only as regular files (:func:`read_fixture_bytes`).
     """
 
     def __init__(self, fixture: Path | str):
@@ -34,9 +43,11 @@ class ReplayConnector:
         meta_path = self.fixture_dir / "meta.json"
         try:
             # Exactly as recorded: no newline translation, and bytes that are not UTF-8
-            # survive, as the store keeps them.
-            text = read_raw(self.raw_path, None)
-            meta = read_call_meta(meta_path) if meta_path.exists() else {"usage": {}}
+            # survive, as the store keeps them. Fixture files are data from elsewhere:
+            # regular files only, so a link in one cannot name a file of this machine.
+            text = read_fixture_text(self.raw_path)
+            present = meta_path.exists() or meta_path.is_symlink()
+            meta = read_call_meta(meta_path) if present else {"usage": {}}
         except InputError as exc:
             raise ConnectorError(f"replay: {exc}") from exc
         native, reported = meta.get("native_finish_reason"), meta.get("finish_reason")
@@ -60,7 +71,7 @@ def read_call_meta(path: Path) -> dict[str, Any]:
     """``meta.json`` as an object whose call fields are checked: ``finish_reason``,
     ``native_finish_reason`` and ``model`` strings or absent, ``usage`` an object or
     absent (``run --replay`` and ``salvagelane replay`` read it alike). InputError otherwise."""
-    document = load_json_file(path, what="fixture file", error=InputError)
+    document = read_fixture_json(path, limit=MAX_META_BYTES)
     if not isinstance(document, dict):
         raise InputError(f"{path}: expected a JSON object, got {type(document).__name__}")
     for key in ("finish_reason", "native_finish_reason", "model"):
@@ -83,3 +94,81 @@ def recorded_finish_reason(reported: str | None, native: str | None) -> FinishRe
 def _optional_int(usage: dict[str, Any], key: str) -> int | None:
     value = usage.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# --- files inside a fixture ----------------------------------------------------------------
+
+
+def read_fixture_bytes(path: Path, *, limit: int = MAX_FIXTURE_FILE_BYTES) -> bytes:
+    """The bytes of ``path``, a file inside a fixture directory; InputError unless it is a
+    regular file (not a symbolic link, FIFO or device) of at most ``limit`` bytes.
+
+    A fixture arrives from elsewhere (attached to a bug report): a link in it would let
+    it name a file of this machine, a FIFO or device would block or never end.
+    """
+    try:
+        # O_NOFOLLOW refuses a link in the last component; O_NONBLOCK keeps a FIFO from
+        # blocking the open (regular files ignore it).
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputError(
+                f"{path}: expected a regular file inside the fixture, got a symbolic link "
+                "(a fixture names no other file)"
+            ) from exc
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    with os.fdopen(handle, "rb") as file:
+        status = os.fstat(file.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise InputError(
+                f"{path}: expected a regular file inside the fixture, got "
+                f"{_file_kind(status.st_mode)}"
+            )
+        if status.st_size > limit:
+            raise InputError(
+                f"{path}: expected at most {limit} bytes in a fixture file, got {status.st_size}"
+            )
+        # Read to the end, not to the size stat saw, but never past the limit.
+        data = bytearray()
+        while len(data) <= limit:
+            chunk = file.read(min(1 << 20, limit + 1 - len(data)))
+            if not chunk:
+                return bytes(data)
+            data += chunk
+    raise InputError(f"{path}: expected at most {limit} bytes in a fixture file, got more")
+
+
+def read_fixture_text(path: Path) -> str:
+    """A fixture's raw output as text; bytes that are not UTF-8 survive as lone surrogates,
+    as the store keeps them."""
+    return read_fixture_bytes(path).decode("utf-8", "surrogateescape")
+
+
+def read_fixture_json(path: Path, *, limit: int = MAX_FIXTURE_FILE_BYTES) -> Any:
+    """The JSON document in ``path``, a file inside a fixture; InputError naming the file."""
+    data = read_fixture_bytes(path, limit=limit)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"fixture file {path}: not UTF-8 text (byte {exc.start})") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"fixture file {path}: not valid JSON at line {exc.lineno} column {exc.colno}: "
+            f"{exc.msg}"
+        ) from exc
+    except RecursionError as exc:
+        raise InputError(f"fixture file {path}: nested too deeply to read") from exc
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "something else"
