@@ -67,7 +67,7 @@ def _context_file(instruction: Instruction, name: str, file: Path) -> Any:
             raise fail(instruction, where, f"expected valid JSON in {shown}, got: {problem}")
         return parsed.value
     try:
-        value, _ = parse_yaml(text)
+        value, _ = parse_yaml(text, max_bytes=_MAX_CONTEXT_FILE_BYTES)
     except YamlProblem as exc:
         at = f" at line {exc.line}" if exc.line else ""
         raise fail(
