@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -14,15 +15,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DEFINITION = Path("instructions") / "daily-triage.yaml"
 
-# Runs in the child before it becomes `salvagelane`: the limits protect the machine (and CI)
-# from a regression, they are not what the tests measure. RLIMIT_CPU is the hang guard.
-_LAUNCH = (
-    "import os, resource, sys\n"
-    "memory, cpu = int(sys.argv[1]), int(sys.argv[2])\n"
-    "resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\n"
-    "resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))\n"
-    "os.execv(sys.executable, [sys.executable, '-m', 'salvagelane', *sys.argv[3:]])\n"
-)
+# A small launcher between the test and `salvagelane`: Linux starts a forked child's peak
+# RSS at its parent's size, so a child forked straight from a grown pytest process would
+# report pytest's size. The launcher (a few MB) forks `salvagelane` and reports what that
+# used. Its limits (inherited) protect the machine and CI from a regression; RLIMIT_CPU is
+# the hang guard. They are not what the tests measure.
+_LAUNCH = """\
+import json, os, resource, subprocess, sys
+report, memory, cpu = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+child = subprocess.Popen([sys.executable, "-m", "salvagelane", *sys.argv[4:]])
+_, status, usage = os.wait4(child.pid, 0)
+child.returncode = os.waitstatus_to_exitcode(status)
+with open(report, "w") as out:
+    json.dump({"returncode": child.returncode, "maxrss_kb": usage.ru_maxrss,
+               "cpu": usage.ru_utime + usage.ru_stime}, out)
+"""
 
 
 def copy_project(destination: Path) -> Path:
@@ -60,8 +69,8 @@ def run_measured(
     memory_limit_bytes: int = 1024 * 1024 * 1024,
     cpu_limit_seconds: int = 60,
 ) -> Measured:
-    """Run ``salvagelane ARGS`` to completion; its own peak RSS and CPU time (from wait4,
-    so no earlier child of this test process can inflate them)."""
+    """Run ``salvagelane ARGS`` to completion under memory and CPU limits; its exit status,
+    output, peak RSS and CPU time."""
     environ = {
         key: value
         for key, value in os.environ.items()
@@ -70,27 +79,34 @@ def run_measured(
     }
     environ["PYTHONUNBUFFERED"] = "1"
     environ.update(env or {})
-    argv = [
-        sys.executable,
-        "-c",
-        _LAUNCH,
-        str(memory_limit_bytes),
-        str(cpu_limit_seconds),
-        *args,
-    ]
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = subprocess.Popen(argv, cwd=cwd, env=environ, stdout=out, stderr=err)
-        _, status, usage = os.wait4(process.pid, 0)
-        # Reaped here, not by Popen: tell it, so it does not wait (or warn) again.
-        process.returncode = os.waitstatus_to_exitcode(status)
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+    ):
+        report = Path(scratch) / "usage.json"
+        argv = [
+            sys.executable,
+            "-c",
+            _LAUNCH,
+            str(report),
+            str(memory_limit_bytes),
+            str(cpu_limit_seconds),
+            *args,
+        ]
+        launcher = subprocess.run(
+            argv, cwd=cwd, env=environ, stdout=out, stderr=err, timeout=300, check=False
+        )
         out.seek(0)
         err.seek(0)
         stdout = out.read().decode("utf-8", "replace")
         stderr = err.read().decode("utf-8", "replace")
+        assert launcher.returncode == 0, f"the launcher failed: {stderr}"
+        usage = json.loads(report.read_text(encoding="utf-8"))
     return Measured(
-        returncode=process.returncode,
+        returncode=usage["returncode"],
         stdout=stdout,
         stderr=stderr,
-        peak_rss_bytes=usage.ru_maxrss * 1024,  # kilobytes on Linux
-        cpu_seconds=usage.ru_utime + usage.ru_stime,
+        peak_rss_bytes=usage["maxrss_kb"] * 1024,  # kilobytes on Linux
+        cpu_seconds=usage["cpu"],
     )
