@@ -110,7 +110,7 @@ def test_deep_nesting_is_refused_without_crashing_the_parser(tmp_path: Path) -> 
     add_context(project / DEFINITION, f"  deep:\n    value: {'[' * depth}{']' * depth}\n")
     proc = run_measured("check", "instructions", cwd=project)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert proc.stdout.startswith(
-        "error  instructions/daily-triage.yaml: context.deep.value"
-    ), proc.stdout
+    assert proc.stdout.startswith("error  instructions/daily-triage.yaml: context.deep.value"), (
+        proc.stdout
+    )
     assert f"expected at most {MAX_NESTING} levels of nesting" in proc.stdout

@@ -168,7 +168,7 @@ def _measure(text: str, max_bytes: int) -> None:
                 continue
             if not isinstance(event, yaml.events.NodeEvent):
                 continue  # stream and document boundaries
-            line = event.start_mark.line + 1
+            line = event.start_mark.line + 1 if event.start_mark else None
             parent = stack[-1] if stack else None
             is_key = parent is not None and parent.mapping and parent.key is _EXPECT_KEY
             where = _child_path(parent)
