@@ -25,7 +25,7 @@ import yaml
 import yaml.events
 import yaml.nodes
 
-from salvagelane.definitions.problems import PathParts, format_path
+from salvagelane.definitions.problems import PathParts, format_path, received
 
 MAX_NODES = 200_000  # values in one YAML document once aliases are expanded
 MAX_EXPANDED_BYTES = 4 * 1024 * 1024  # a definition's strings and keys, aliases expanded
@@ -115,7 +115,8 @@ def parse_yaml(
             # (``!!int ""``, ``!!bool maybe``, an integer with more digits than Python
             # converts): their errors are the document's.
             except (ValueError, LookupError, TypeError, OverflowError) as exc:
-                raise YamlProblem(f"expected a usable value, got {exc}", None) from exc
+                problem = " ".join(str(exc).split())[:200]
+                raise YamlProblem(f"expected a usable value, got {problem}", None) from exc
         finally:
             loader.dispose()
     except yaml.MarkedYAMLError as exc:
@@ -269,14 +270,8 @@ def _check_nodes(
             line,
             path,
         )
-    if node.tag == _FLOAT_TAG and isinstance(node, yaml.nodes.ScalarNode):
-        # What the constructor will make of it: 1e999 is as infinite as .inf.
-        try:
-            number = loader.construct_yaml_float(node)
-        except (ValueError, LookupError) as exc:
-            raise YamlProblem(f"expected a number, got {node.value!r}", line, path) from exc
-        if not math.isfinite(number):
-            raise YamlProblem("expected a finite number", line, path)
+    if isinstance(node, yaml.nodes.ScalarNode):
+        _check_scalar(loader, node, line, path)
     ancestors.add(id(node))
     if isinstance(node, yaml.nodes.MappingNode):
         first: dict[str, int] = {}
@@ -308,6 +303,29 @@ def _check_nodes(
             _check_nodes(loader, item, (*path, index), lines, ancestors, checked)
     ancestors.discard(id(node))
     checked.add(id(node))
+
+
+def _check_scalar(loader: Any, node: yaml.nodes.ScalarNode, line: int, path: PathParts) -> None:
+    """A scalar's value is what its tag says: what an explicit tag (``!!int ""``, ``!!bool
+    maybe``) claims is converted by PyYAML without a question, and 1e999 is infinite."""
+    if node.tag == _BOOL_TAG and str(node.value).lower() not in loader.bool_values:
+        raise YamlProblem(f"expected true or false, got {received(node.value)}", line, path)
+    if node.tag == _INT_TAG:
+        try:
+            loader.construct_yaml_int(node)
+        except (ValueError, LookupError) as exc:
+            raise YamlProblem(
+                "expected an integer of at most 4300 digits, got " + received(node.value),
+                line,
+                path,
+            ) from exc
+    if node.tag == _FLOAT_TAG:
+        try:
+            number = loader.construct_yaml_float(node)
+        except (ValueError, LookupError) as exc:
+            raise YamlProblem(f"expected a number, got {received(node.value)}", line, path) from exc
+        if not math.isfinite(number):
+            raise YamlProblem("expected a finite number", line, path)
 
 
 def read_text(path: Path, cap: int) -> str:
