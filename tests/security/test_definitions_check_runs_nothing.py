@@ -87,3 +87,18 @@ def test_check_help_says_what_runs_code() -> None:
     assert "Nothing a definition names is imported or run" in text
     assert "--resolve" in text
     assert "imports and runs the context callables" in text
+
+
+def test_check_says_when_the_prompt_needs_a_value_it_did_not_compute(tmp_path: Path) -> None:
+    project = copy_project(tmp_path)
+    edit(project / DEFINITION, "Today is {{ today }}.", "Today is {{ today + 1 }}.")
+
+    proc = run_measured("check", "instructions", cwd=project)
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == [
+        "ok  daily-triage  (instructions/daily-triage.yaml)",
+        "  not run: context callable today (salvagelane.context_sources:today); the prompt "
+        "could not be rendered without it: prompt.user at template line 1 needs the value of "
+        "'today', from salvagelane.context_sources:today (check --resolve imports and runs it)",
+    ]

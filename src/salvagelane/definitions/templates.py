@@ -18,7 +18,7 @@ import jinja2
 import jinja2.meta
 
 from salvagelane.definitions.model import Instruction, RenderedPrompt
-from salvagelane.definitions.problems import PathParts, Problem, fail, quoted
+from salvagelane.definitions.problems import PathParts, Problem, fail, format_path, quoted
 from salvagelane.definitions.sandbox import (
     RENDER_LIMITS,
     BoundedSandbox,
@@ -134,7 +134,9 @@ def render_prompt(
     try:
         return _render(instruction, context, limits)
     except _UnresolvedUsed as exc:  # only check puts placeholders in a context
-        raise fail(instruction, exc.where, f"expected a resolved context value: {exc}") from exc
+        raise fail(
+            instruction, exc.where, f"expected resolved context values, got a placeholder: {exc}"
+        ) from exc
 
 
 def placeholder(name: str, target: str) -> Any:
@@ -142,7 +144,7 @@ def placeholder(name: str, target: str) -> Any:
     nothing, has every attribute and item (itself) and no items to iterate; an operation
     that needs its value (``x + 1``) stops the preview (see :func:`preview_prompt`)."""
     return _Unresolved(
-        hint=f"the context value {name!r} comes from {target}, which check does not run",
+        hint=f"the value of {name!r}, from {target}",
         name=name,
         exc=_UnresolvedUsed,
     )
@@ -159,7 +161,7 @@ def preview_prompt(
     except _UnresolvedUsed as exc:
         line = _template_line(exc.__traceback__)
         at = f" at template line {line}" if line else ""
-        return f"{'.'.join(str(part) for part in exc.where)}{at} needs a value: {exc.message}"
+        return f"{format_path(exc.where)}{at} needs {exc.message}"
     return None
 
 
