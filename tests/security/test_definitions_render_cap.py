@@ -113,6 +113,10 @@ HOSTILE = {
     "set-block-in-a-loop": (
         "{% for i in range(100000) %}{% set b %}{{ 'x' * 1000000 }}{% endset %}{% endfor %}"
     ),
+    "literal-list-printed": "{% set b = 'x' * 4000000 %}{{ [b, b, b, b, b, b, b, b] }}",
+    "literal-list-concatenated": "{% set b = 'x' * 4000000 %}{{ 'a' ~ [b, b, b, b] }}",
+    "literal-list-formatted": "{% set b = 'x' * 4000000 %}{{ '{}'.format([b, b, b, b]) }}",
+    "literal-list-filtered": "{% set b = 'x' * 4000000 %}{{ [b, b, b, b] | string }}",
     "list-method-growth": (
         "{% set l = ['x' * 1000] %}{% for i in range(30) %}{{ l.extend(l) }}{% endfor %}"
     ),

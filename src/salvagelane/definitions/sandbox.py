@@ -51,6 +51,14 @@ _ITERATE = "_salvagelane_iterate"  # the global every {% for %} iterates through
 _CONSTANT_TIME_FILTERS = frozenset(
     {"attr", "count", "d", "default", "first", "last", "length", "random", "safe"}
 )
+# Filters that turn their input into text: a list or mapping is measured before str() runs.
+_STRINGIFYING_FILTERS = frozenset(
+    {
+        "capitalize", "center", "e", "escape", "forceescape", "format", "indent", "lower",
+        "replace", "safe", "string", "striptags", "title", "trim", "truncate", "upper",
+        "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -140,7 +148,7 @@ def _made(value: Any, what: str) -> Any:
     budget = _BUDGET.get()
     limit = (RENDER_LIMITS if budget is None else budget.limits).max_value_bytes
     size = len(value) if isinstance(value, str) else _size(value, limit)
-    if size > limit:
+    if size is None or size > limit:
         raise RenderLimitError(
             f"{what} built a value of more than {limit} bytes (the limit for one value)"
         )
@@ -149,13 +157,13 @@ def _made(value: Any, what: str) -> Any:
     return value
 
 
-def _size(value: Any, stop: int) -> int:
+def _size(value: Any, stop: int) -> int | None:
     """About how many bytes ``value`` holds with shared parts counted each time they occur
-    (as ``join`` or ``tojson`` would expand them); stops counting past ``stop``. Walking
-    a container costs a step per item."""
+    (as ``join`` or ``str`` would expand them); None once that is more than ``stop``.
+    Walking a container costs a step per item."""
     total = walked = 0
     pending = [value]
-    while pending and total <= stop:
+    while pending:
         item = pending.pop()
         if isinstance(item, str | bytes):
             total += len(item)
@@ -176,13 +184,25 @@ def _size(value: Any, stop: int) -> int:
                 walked += len(item)
         # Anything else (macros, loops, generators, undefined values) is counted where
         # what it produces is.
+        if total > stop:
+            break
     if walked:
         _step(walked)
-    return total
+    return total if total <= stop else None
 
 
-def _text_size(value: Any) -> int:
-    return len(value) if isinstance(value, str) else _size(value, _limits().max_value_bytes)
+def _measured(value: Any, what: str) -> int:
+    """The size of ``value`` (see _size) an operation is about to use; refused when that
+    alone is over the per-value limit."""
+    if isinstance(value, str):
+        return len(value)
+    limit = _limits().max_value_bytes
+    size = _size(value, limit)
+    if size is None:
+        raise RenderLimitError(
+            f"{what} would build a value of more than {limit} bytes (the limit for one value)"
+        )
+    return size
 
 
 def _number(value: Any) -> int:
@@ -203,7 +223,7 @@ def _check_repeat(left: Any, right: Any) -> None:
         return
     sequence, count = (left, right) if isinstance(right, int) else (right, left)
     if isinstance(count, int) and isinstance(sequence, str | bytes | list | tuple):
-        _allow(_size(sequence, _limits().max_value_bytes) * max(count, 0), "'*'")
+        _allow(_measured(sequence, "'*'") * max(count, 0), "'*'")
 
 
 def _check_power(base: Any, exponent: Any) -> None:
@@ -229,7 +249,7 @@ def _check_percent(text: Any, arguments: Any, what: str) -> None:
     """``text % arguments``: the widths and precisions its fields ask for."""
     if not isinstance(text, str):
         return
-    size = len(text) + _size(arguments, _limits().max_value_bytes)
+    size = len(text) + _measured(arguments, what)
     starred = False
     for field in _PERCENT_FIELD.finditer(text):
         for given in field.groups():
@@ -261,8 +281,7 @@ def _check_replace(text: str, old: Any, new: Any, count: Any, what: str) -> None
 
 def _check_join(separator: Any, items: Any, what: str) -> None:
     if isinstance(items, Sized):
-        limit = _limits().max_value_bytes
-        _allow(_size(items, limit) + len(str(separator)) * len(items), what)
+        _allow(_measured(items, what) + len(str(separator)) * len(items), what)
 
 
 def _check_string_method(function: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -311,7 +330,7 @@ class _Consumed:
         item = next(self._iterator)
         _step()
         limit = _limits().max_value_bytes
-        self._size += _size(item, limit)
+        self._size += _measured(item, self._what)
         if self._size > limit:
             raise RenderLimitError(
                 f"{self._what} would collect more than {limit} bytes of items "
@@ -341,6 +360,8 @@ def _bounded_filter(
                 and name not in _CONSTANT_TIME_FILTERS
             ):
                 _step(len(value))
+            if name in _STRINGIFYING_FILTERS and not isinstance(value, str):
+                _measured(value, what)
             if check is not None:
                 # Arguments the filter does not take: its own error says so, below.
                 with contextlib.suppress(TypeError):
@@ -351,13 +372,15 @@ def _bounded_filter(
 
 
 def _check_center(value: Any, width: Any = 80) -> None:
-    _allow(max(_text_size(value), _number(width)), "the filter 'center'")
+    what = "the filter 'center'"
+    _allow(max(_measured(value, what), _number(width)), what)
 
 
 def _check_indent(value: Any, width: Any = 4, first: Any = False, blank: Any = False) -> None:
     text = value if isinstance(value, str) else ""
     indent = len(width) if isinstance(width, str) else _number(width)
-    _allow(_text_size(value) + (text.count("\n") + 1) * indent, "the filter 'indent'")
+    what = "the filter 'indent'"
+    _allow(_measured(value, what) + (text.count("\n") + 1) * indent, what)
 
 
 def _check_wordwrap(
@@ -371,7 +394,8 @@ def _check_wordwrap(
     # Greedy wrapping: two consecutive lines hold more than `width` characters.
     lines = 2 * len(text) // max(_number(width), 1) + text.count("\n") + 2
     inserted = len(wrapstring) if isinstance(wrapstring, str) else 1
-    _allow(_text_size(value) + lines * inserted, "the filter 'wordwrap'")
+    what = "the filter 'wordwrap'"
+    _allow(_measured(value, what) + lines * inserted, what)
 
 
 def _check_format(value: Any, *args: Any, **kwargs: Any) -> None:
@@ -390,7 +414,8 @@ def _check_join_filter(value: Any, d: Any = "", attribute: Any = None) -> None:
 def _check_batch(value: Any, linecount: Any, fill_with: Any = None) -> None:
     if fill_with is not None:
         count = max(_number(linecount), 0)
-        _allow((_size(fill_with, _limits().max_value_bytes) + 8) * count, "the filter 'batch'")
+        what = "the filter 'batch'"
+        _allow((_measured(fill_with, what) + 8) * count, what)
 
 
 def _check_urlize(
@@ -404,7 +429,8 @@ def _check_urlize(
     text = value if isinstance(value, str) else ""
     extra = sum(len(part) for part in (target, rel) if isinstance(part, str))
     # Each word may become a link: the URL twice, escaped, in an <a> with rel and target.
-    _allow(11 * _text_size(value) + (len(text.split()) + 1) * (extra + 40), "the filter 'urlize'")
+    what = "the filter 'urlize'"
+    _allow(11 * _measured(value, what) + (len(text.split()) + 1) * (extra + 40), what)
 
 
 class _Capped(io.StringIO):
@@ -527,6 +553,8 @@ def _range(*args: int) -> range:
 def _finalize(value: Any) -> Any:
     """What ``{{ value }}`` writes, counted (also inside macros and blocks, which buffer
     their output where the prompt's size cap cannot see it yet)."""
+    if not isinstance(value, str):
+        _measured(value, "{{ ... }}")
     text = value if isinstance(value, str) else str(value)
     budget = _BUDGET.get()
     if budget is not None:
@@ -566,6 +594,8 @@ class _BoundedFormatter(jinja2.sandbox.SandboxedFormatter):
 
     def format_field(self, value: Any, format_spec: str) -> Any:
         _check_format_spec(format_spec, "str.format")
+        if not isinstance(value, str):
+            _measured(value, "str.format")
         text = super().format_field(value, format_spec)
         self._written += len(text)
         _allow(self._written, "str.format")
@@ -636,6 +666,7 @@ class BoundedSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
     def concat_values(self, values: tuple[Any, ...], autoescape: bool) -> str:
         """``a ~ b ~ c``."""
         _step(len(values))
+        _allow(sum(_measured(value, "'~'") for value in values), "'~'")
         if autoescape:
             return cast(str, _made(jinja2.runtime.markup_join(values), "'~'"))
         texts = [value if isinstance(value, str) else str(value) for value in values]
