@@ -27,7 +27,7 @@ import pprint
 import re
 import time
 import types
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -591,6 +591,10 @@ class _BoundedFormatter(jinja2.sandbox.SandboxedFormatter):
     def __init__(self, env: jinja2.Environment, **kwargs: Any) -> None:
         super().__init__(env, **kwargs)
         self._written = 0
+
+    def vformat(self, format_string: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+        self._written = 0  # per call: a bound .format may be called again
+        return super().vformat(format_string, args, kwargs)
 
     def format_field(self, value: Any, format_spec: str) -> Any:
         _check_format_spec(format_spec, "str.format")
