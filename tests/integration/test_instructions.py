@@ -713,7 +713,12 @@ def test_check_passes_the_bundled_definitions() -> None:
     for args in [("instructions",), ()]:  # the directory defaults to instructions/
         proc = run_check(*args, cwd=ROOT)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert proc.stdout == "ok  daily-triage  (instructions/daily-triage.yaml)\n"
+        assert proc.stdout == (
+            "ok  daily-triage  (instructions/daily-triage.yaml)\n"
+            "  not run: context callable today (salvagelane.context_sources:today); the "
+            "prompt was rendered with a placeholder for it (check --resolve imports and "
+            "runs it)\n"
+        )
         assert proc.stderr == ""
 
 
@@ -738,10 +743,11 @@ def test_check_reports_every_definition_and_fails_on_any_error(project: Path) ->
     proc = run_check("instructions", cwd=project)
     assert proc.returncode == 1
     lines = proc.stdout.splitlines()
-    assert len(lines) == 3
+    assert len(lines) == 4
     assert lines[0].startswith("error  instructions/a-broken.yaml: schedule.timezone: ")
     assert lines[1] == "ok  daily-triage  (instructions/daily-triage.yaml)"
-    assert lines[2].startswith("error  instructions/z-again.yaml: id: expected an id no other")
+    assert lines[2].startswith("  not run: context callable today ")
+    assert lines[3].startswith("error  instructions/z-again.yaml: id: expected an id no other")
 
 
 @pytest.mark.parametrize("make", ["missing", "empty"])

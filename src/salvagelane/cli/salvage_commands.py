@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,6 +24,9 @@ from salvagelane.errors import (
     ItemsPathError,
 )
 from salvagelane.loading import load_allow_list, load_item_schema, read_raw
+
+if TYPE_CHECKING:  # imported lazily at run time: Jinja2 is slow to import
+    from salvagelane.definitions import ContextSource
 
 
 def _parse_allow(values: tuple[str, ...]) -> dict[str, frozenset[str]]:
@@ -169,13 +173,23 @@ def salvage_command(
     default="instructions",
     type=click.Path(file_okay=False, path_type=Path),
 )
-def check_command(directory: Path) -> None:
+@click.option(
+    "--resolve",
+    is_flag=True,
+    help="Also resolve context callables: imports and runs the context callables the "
+    "definitions name (their code), as a run does. Only for definitions you trust.",
+)
+def check_command(directory: Path, resolve: bool) -> None:
     """Validate every instruction definition (*.yaml, *.yml) in DIRECTORY.
 
-    DIRECTORY defaults to instructions/. Each definition is loaded and validated,
-    its context resolved (context callables are called) and its prompt rendered.
-    Prints one line per definition; exit 1 if any is invalid, 2 if DIRECTORY is
-    missing or holds no definitions.
+    DIRECTORY defaults to instructions/. Each definition is loaded and validated, its
+    context files and allow-lists read and its prompt rendered within the render limits.
+    Nothing a definition names is imported or run: context callables are not called
+    (the prompt is rendered with placeholders for their values) and callable sinks are
+    not imported. --resolve imports and runs the context callables too, as a run does.
+
+    Prints one line per definition, then what was not run (or, with --resolve, what
+    ran); exit 1 if any is invalid, 2 if DIRECTORY is missing or holds no definitions.
     """
     # Imported here: Jinja2 and PyYAML add about 60 ms that `salvage` never needs.
     from salvagelane.definitions import (
@@ -191,15 +205,39 @@ def check_command(directory: Path) -> None:
     invalid = 0
     for path in files:
         try:
-            instruction = check_instruction(path)
-            duplicate_id_check(instruction, seen)
+            checked = check_instruction(path, resolve=resolve)
+            duplicate_id_check(checked.instruction, seen)
         except DefinitionError as exc:
             invalid += 1
             click.echo("error  " + " ".join(str(exc).split()))
             continue
-        click.echo(f"ok  {instruction.id}  ({path})")
+        click.echo(f"ok  {checked.instruction.id}  ({path})")
+        if checked.not_run:
+            names = _callables(checked.not_run)
+            them = "them" if len(checked.not_run) > 1 else "it"
+            if checked.unrendered is None:
+                placeholders = "placeholders" if len(checked.not_run) > 1 else "a placeholder"
+                rendered = f"the prompt was rendered with {placeholders} for {them}"
+            else:
+                rendered = f"the prompt could not be rendered without {them}: {checked.unrendered}"
+            click.echo(
+                f"  not run: {names}; "
+                + " ".join(rendered.split())
+                + f" (check --resolve imports and runs {them})"
+            )
+        if checked.ran:
+            click.echo(f"  ran: {_callables(checked.ran)}")
     if invalid:
         raise click.exceptions.Exit(EXIT_INVALID)
+
+
+def _callables(sources: Sequence[ContextSource]) -> str:
+    """``context callables a (m:f), b (m:g)``, sorted by name."""
+    noun = "context callables" if len(sources) > 1 else "context callable"
+    named = ", ".join(
+        f"{source.name} ({source.callable})" for source in sorted(sources, key=lambda s: s.name)
+    )
+    return f"{noun} {named}"
 
 
 def _run_batch(policy: SalvagePolicy) -> None:

@@ -10,6 +10,9 @@ YAML is read with the scalars of YAML 1.2's core schema: only ``true`` and
 ``false`` are booleans (so ``on:`` is a key, not ``True``), dates stay strings,
 and there are no sexagesimal, octal or infinite numbers. Duplicate keys are
 errors. Relative paths in a definition are resolved against its directory.
+
+Loading runs no code a definition names. Resolving its context does: a context
+callable is imported and called (``check`` does that only with ``--resolve``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 from salvagelane.definitions.context import resolve_allow_lists, resolve_context
 from salvagelane.definitions.cron import cron_problem
 from salvagelane.definitions.loading import (
+    CheckedInstruction,
     check_instruction,
     definition_files,
     duplicate_id_check,
@@ -39,11 +43,19 @@ from salvagelane.definitions.model import (
     SinkKind,
     SinkSpec,
 )
-from salvagelane.definitions.templates import UNCERTAINTY_SENTENCE, output_contract, render_prompt
+from salvagelane.definitions.templates import (
+    RENDER_LIMITS,
+    UNCERTAINTY_SENTENCE,
+    RenderLimits,
+    output_contract,
+    render_prompt,
+)
 
 __all__ = [
+    "RENDER_LIMITS",
     "UNCERTAINTY_SENTENCE",
     "AllowListSource",
+    "CheckedInstruction",
     "Connector",
     "ConnectorKind",
     "ContextSource",
@@ -51,6 +63,7 @@ __all__ = [
     "Instruction",
     "OutputSpec",
     "PromptTemplates",
+    "RenderLimits",
     "RenderedPrompt",
     "RetryOn",
     "RetryPolicy",

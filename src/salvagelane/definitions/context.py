@@ -6,7 +6,7 @@ import copy
 import importlib
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +24,15 @@ _MAX_DEPTH = 100  # nesting of context data
 # --- Context ---------------------------------------------------------------------------------
 
 
-def resolve_context(instruction: Instruction) -> dict[str, Any]:
+def resolve_context(instruction: Instruction, *, run_callables: bool = True) -> dict[str, Any]:
     """The context values by name: inline values, file contents and callables' results.
 
     Every value is JSON-compatible (callables' tuples become lists). A file that
     cannot be read or parsed, a callable that cannot be imported, raises or returns
     something that is not JSON data raises DefinitionError naming the entry.
+
+    A callable imports and runs code. With ``run_callables=False`` (``check`` without
+    ``--resolve``) its entry is left out: nothing is imported, nothing runs.
     """
     values: dict[str, Any] = {}
     for name, entry in instruction.context.items():
@@ -38,7 +41,7 @@ def resolve_context(instruction: Instruction) -> dict[str, Any]:
         elif entry.kind == "file":
             assert entry.file is not None
             values[name] = _context_file(instruction, name, entry.file)
-        else:
+        elif run_callables:
             assert entry.callable is not None
             values[name] = _context_call(instruction, name, entry.callable, entry.args)
     return values
@@ -67,7 +70,7 @@ def _context_file(instruction: Instruction, name: str, file: Path) -> Any:
             raise fail(instruction, where, f"expected valid JSON in {shown}, got: {problem}")
         return parsed.value
     try:
-        value, _ = parse_yaml(text)
+        value, _ = parse_yaml(text, max_bytes=_MAX_CONTEXT_FILE_BYTES)
     except YamlProblem as exc:
         at = f" at line {exc.line}" if exc.line else ""
         raise fail(
@@ -156,13 +159,16 @@ def _json_data(value: Any, where: str, depth: int, budget: list[int]) -> Any:
 
 
 def resolve_allow_lists(
-    instruction: Instruction, context: Mapping[str, Any]
+    instruction: Instruction, context: Mapping[str, Any], *, unresolved: Collection[str] = ()
 ) -> dict[str, frozenset[str]]:
     """The allowed values per item field, from inline values, files and ``context``
-    (as returned by :func:`resolve_context`). Sources for the same field are united."""
+    (as returned by :func:`resolve_context`). Sources for the same field are united.
+    Sources naming an ``unresolved`` context entry are skipped."""
     lists: dict[str, frozenset[str]] = {}
     for index, spec in enumerate(instruction.guardrails.allow_lists):
         where: PathParts = ("guardrails", "allow_lists", index)
+        if spec.context is not None and spec.context in unresolved:
+            continue
         if spec.values is not None:
             values = frozenset(spec.values)
         elif spec.file is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -40,7 +41,12 @@ from salvagelane.definitions.problems import (
     raise_problems,
     received,
 )
-from salvagelane.definitions.templates import render_prompt, template_problems
+from salvagelane.definitions.templates import (
+    placeholder,
+    preview_prompt,
+    render_prompt,
+    template_problems,
+)
 from salvagelane.definitions.validation import validate
 from salvagelane.definitions.yaml_source import YamlProblem, parse_yaml, read_text
 from salvagelane.errors import ConfigurationError, DefinitionError
@@ -397,11 +403,43 @@ def duplicate_id_check(instruction: Instruction, seen: dict[str, Path]) -> None:
     seen[instruction.id] = instruction.source
 
 
-def check_instruction(path: Path | str) -> Instruction:
-    """Everything a run would do before calling the model: load the definition, resolve
-    its context and allow-lists, render its prompt. DefinitionError on the first problem."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckedInstruction:
+    """What ``check`` found: the definition, the context callables it ran (``--resolve``)
+    or did not run, and why the prompt could not be rendered without them (or None)."""
+
+    instruction: Instruction
+    ran: tuple[ContextSource, ...] = ()
+    not_run: tuple[ContextSource, ...] = ()
+    unrendered: str | None = None
+
+
+def check_instruction(path: Path | str, *, resolve: bool = False) -> CheckedInstruction:
+    """What a run does before calling the model, short of running code: load the
+    definition, read its context files and allow-lists, render its prompt (within the
+    render limits). DefinitionError on the first problem.
+
+    Context callables are neither imported nor called: their values are placeholders
+    in the render and allow-lists from them are skipped. With ``resolve`` they are
+    imported and run, as a run does. Callable sinks are never imported here.
+    """
     instruction = load_instruction(path)
-    context = resolve_context(instruction)
-    resolve_allow_lists(instruction, context)
-    render_prompt(instruction, context)
-    return instruction
+    callables = tuple(
+        source for source in instruction.context.values() if source.kind == "callable"
+    )
+    if resolve:
+        context = resolve_context(instruction)
+        resolve_allow_lists(instruction, context)
+        render_prompt(instruction, context)
+        return CheckedInstruction(instruction=instruction, ran=callables)
+    context = resolve_context(instruction, run_callables=False)
+    names = {source.name for source in callables}
+    resolve_allow_lists(instruction, context, unresolved=names)
+    for source in callables:
+        assert source.callable is not None
+        context[source.name] = placeholder(source.name, source.callable)
+    return CheckedInstruction(
+        instruction=instruction,
+        not_run=callables,
+        unrendered=preview_prompt(instruction, context),
+    )
