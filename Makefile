@@ -30,7 +30,7 @@ test-loaded: $(STAMP)
 # The process-level serve tests (real processes, signals, kill -9) under that load.
 test-processes-loaded: $(STAMP)
 	bash .ci/with-load $(BIN)/pytest tests/integration/test_serve_processes.py \
-		tests/integration/test_cron_mode.py tests/integration/test_fault_injection.py
+		tests/integration/test_cron_mode.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/salvage_throughput.py
