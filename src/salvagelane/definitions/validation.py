@@ -15,6 +15,7 @@ import jsonschema.exceptions
 
 from salvagelane.definitions.problems import PathParts, Problem, one_line, quoted, received
 from salvagelane.loading import load_json_file
+from salvagelane.logs import redact_url
 
 # --- The instruction schema ----------------------------------------------------------------
 
@@ -126,6 +127,9 @@ def _schema_problems(error: jsonschema.exceptions.ValidationError) -> list[Probl
     instance = error.instance
     value: Any = error.validator_value
     secret = bool(path) and path[-1] == "api_key_env"
+    if path and path[-1] in ("base_url", "url") and isinstance(instance, str):
+        # A URL may carry credentials: quoted without userinfo and query string.
+        instance = redact_url(instance)
     got = received(instance, secret=secret)
     if "propertyNames" in error.relative_schema_path:
         key = str(instance)
