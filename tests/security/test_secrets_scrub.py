@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
@@ -31,6 +32,8 @@ from _secrets_support import (
     salvagelane,
     upgraded,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from salvagelane import logs
 from salvagelane.logs import REDACTED, clear_secrets, register_secret
@@ -71,7 +74,7 @@ ENCODINGS = {
 
 
 @pytest.fixture
-def registered() -> object:
+def registered() -> Iterator[None]:
     clear_secrets()
     register_secret(KEY)
     yield None
@@ -79,7 +82,7 @@ def registered() -> object:
 
 
 @pytest.mark.parametrize("encoding", list(ENCODINGS))
-def test_the_scrub_catches_each_encoding(registered: object, encoding: str) -> None:
+def test_the_scrub_catches_each_encoding(registered: None, encoding: str) -> None:
     echoed = ENCODINGS[encoding]
     assert leaks(echoed, KEY), "the test's own detector must see the leak"
 
@@ -91,7 +94,7 @@ def test_the_scrub_catches_each_encoding(registered: object, encoding: str) -> N
     assert scrubbed.endswith(", try again")
 
 
-def test_the_scrub_leaves_text_without_the_key_alone(registered: object) -> None:
+def test_the_scrub_leaves_text_without_the_key_alone(registered: None) -> None:
     text = "sk-Echo is a prefix, 7f3e+9d1c a fragment, c2stRWNobw== the base64 of sk-Echo"
     assert logs.scrub_text(text) == text
 
@@ -174,3 +177,86 @@ def test_a_webhook_echoing_its_token_stores_no_trace_of_it(
         f"HTTP 403: token QmVhcmVyIHNr{REDACTED} / {REDACTED} / {REDACTED} refused"
     )
     assert_nowhere(KEY, database=database, outputs={"run": run.stdout, "log": run.stderr})
+
+
+# --- the scrub's parts ---------------------------------------------------------------------------
+
+_SECRETS = st.text(
+    alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=8, max_size=40
+)
+_AROUND = st.text(
+    alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=0, max_size=12
+)
+_ENCODERS = {
+    "plain": lambda text: text,
+    "upper": str.upper,
+    "url": lambda text: quote(text, safe=""),
+    "form": quote_plus,
+    "escapes": _escaped,
+    "base64": lambda text: _b64(text),
+    "base64 url-safe": lambda text: _b64(text, urlsafe=True, pad=False),
+}
+
+
+@settings(max_examples=150, deadline=None)
+@given(secret=_SECRETS, before=_AROUND, after=_AROUND, encoder=st.sampled_from(list(_ENCODERS)))
+def test_no_encoding_of_a_secret_survives_the_scrub_whatever_surrounds_it(
+    secret: str, before: str, after: str, encoder: str
+) -> None:
+    # The secret is encoded together with the text around it, as in a Basic or Bearer
+    # header: base64 then depends on where the secret starts.
+    echoed = _ENCODERS[encoder](before + secret + after)
+    pattern = logs.secret_pattern([secret])
+    assert pattern is not None
+
+    scrubbed, count = pattern.subn(f"<{echoed}>")
+
+    assert count >= 1
+    assert leaks(scrubbed, secret) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://user:pw@llm.example/v1?token=t#frag", "https://[REDACTED]@llm.example/v1?[REDACTED]#[REDACTED]"),
+        ("http://tok@127.0.0.1:8080/hook", "http://[REDACTED]@127.0.0.1:8080/hook"),
+        ("https://[::1]:9/v1?a=b", "https://[::1]:9/v1?[REDACTED]"),
+        ("https://api.openai.com/v1", "https://api.openai.com/v1"),
+        ("llm.example/v1", "llm.example/v1"),
+        ("llm.example/v1?key=k", "[REDACTED]"),
+        ("http://host:notaport/x", "[REDACTED]"),
+    ],
+)  # fmt: skip
+def test_redact_url_keeps_host_and_path_only(url: str, shown: str) -> None:
+    assert logs.redact_url(url) == shown
+
+
+def test_a_url_from_the_environment_loses_its_path_too() -> None:
+    shown = logs.redact_url("https://hooks.example/services/T0/B0/abcdef", keep_path=False)
+    assert shown == "https://hooks.example/[REDACTED]"
+
+
+def test_the_secrets_a_url_carries() -> None:
+    inline = "https://bot:s3cret-pass@llm.example/v1?api-version=2024-06-01&sig=abcdef123456"
+    assert logs.url_secrets(inline) == ["bot:s3cret-pass", "s3cret-pass", "abcdef123456"]
+    assert logs.url_secrets("https://ghp_0123456789abcdef@git.example/x") == [
+        "ghp_0123456789abcdef",
+        "ghp_0123456789abcdef",
+    ]
+    whole = "https://hooks.example/services/T0/B0/0123456789abcdefXYZ"
+    assert logs.url_secrets(whole, whole=True) == [whole, "0123456789abcdefXYZ"]
+
+
+def test_a_text_that_lower_casing_lengthens_is_still_scrubbed_in_place(registered: None) -> None:
+    # "İ".lower() is two characters: positions in the lower-cased text would be off.
+    text = f"İİİ {KEY.upper()} İ"
+    assert logs.scrub_text(text) == f"İİİ {REDACTED} İ"
+
+
+def test_a_character_outside_the_bmp_is_matched_as_its_json_surrogate_pair() -> None:
+    secret = "key-\U0001f511-0123456789"
+    pattern = logs.secret_pattern([secret])
+    assert pattern is not None
+    echoed = json.dumps(secret)  # ensure_ascii: the emoji as \ud83d\udd11
+    assert "\\ud83d\\udd11" in echoed
+    assert pattern.subn(echoed) == (f'"{REDACTED}"', 1)
