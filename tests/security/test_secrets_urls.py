@@ -123,6 +123,28 @@ def test_check_prints_a_rejected_url_without_its_credentials(tmp_path: Path) -> 
         assert secret not in checked.stdout + checked.stderr
 
 
+def test_a_secret_given_where_a_variable_name_belongs_is_not_quoted(tmp_path: Path) -> None:
+    project = Project.create(tmp_path)
+    project.edit(
+        {CONNECTOR: f"base_url_env: https://bot:{URL_PASSWORD}@llm.example/v1"},
+        append=(
+            "\nsinks:\n  - kind: webhook\n"
+            f"    url_env: https://hooks.example/in?sig={HOOK_SIG}\n"
+            f"    token_env: {HOOK_PASSWORD}\n"
+        ),
+    )
+
+    checked = salvagelane("check", str(project.instructions))
+
+    assert checked.returncode == 1
+    not_shown = "got a value that is not a variable name (not shown: it may be a secret)"
+    for field in ("connector.base_url_env", "sinks[0].url_env", "sinks[0].token_env"):
+        assert f"{field}: expected the NAME of an environment variable" in checked.stdout
+    assert checked.stdout.count(not_shown) == 3
+    for secret in (URL_PASSWORD, HOOK_SIG, HOOK_PASSWORD):
+        assert secret not in checked.stdout + checked.stderr
+
+
 def test_urls_from_the_environment_are_used_and_shown_by_name(
     tmp_path: Path, provider: ScriptedServer, database_url: str
 ) -> None:

@@ -126,7 +126,8 @@ def _schema_problems(error: jsonschema.exceptions.ValidationError) -> list[Probl
     schema = error.schema if isinstance(error.schema, Mapping) else {}
     instance = error.instance
     value: Any = error.validator_value
-    secret = bool(path) and path[-1] == "api_key_env"
+    # A field that names a variable may have been given the secret itself.
+    secret = bool(path) and path[-1] in ("api_key_env", "token_env", "base_url_env", "url_env")
     if path and path[-1] in ("base_url", "url") and isinstance(instance, str):
         # A URL may carry credentials: quoted without userinfo and query string.
         instance = redact_url(instance)

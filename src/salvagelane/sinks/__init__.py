@@ -56,7 +56,10 @@ def build_sinks(specs: Sequence[SinkSpec], *, client: httpx.Client) -> list[Sink
             sinks.append(JsonFileSink(spec.path))
         elif spec.kind is SinkKind.WEBHOOK:
             if (spec.url is None) == (spec.url_env is None):
-                raise ConfigurationError(f"{where}: expected a url or a url_env, got none")
+                given = "both" if spec.url is not None else "neither"
+                raise ConfigurationError(
+                    f"{where}: expected a url or a url_env (exactly one), got {given}"
+                )
             sinks.append(
                 WebhookSink(
                     client,
