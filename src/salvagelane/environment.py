@@ -1,16 +1,17 @@
 """The one module that reads the process environment.
 
-Secrets (API keys) are read here, at call time, by name. Errors name the variable,
-never a value.
+Secrets (API keys, and URLs named by ``base_url_env`` or ``url_env``) are read here, at
+call time, by name. Errors name the variable, never a value.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from salvagelane.errors import ConnectorError
-from salvagelane.logs import register_secret
+from salvagelane.logs import register_secret, register_url
 
 
 def api_key(name: str) -> str:
@@ -28,6 +29,36 @@ def api_key(name: str) -> str:
     # Every secret read here is scrubbed from log lines from now on, wherever it turns up.
     register_secret(secret)
     return secret
+
+
+def url(name: str, what: str) -> str:
+    """The http(s) URL held by environment variable ``name``, which must hold ``what``
+    (e.g. "the connector's base URL"); ConnectorError when unset, blank or not such a URL.
+
+    The URL is treated as a secret as a whole (a webhook URL often is its own token):
+    it, its userinfo, its secret-named query values and its long path segments are
+    scrubbed from every later log line and error, and it is shown by the variable's
+    name only.
+    """
+    value = os.environ.get(name)
+    if value is None:
+        raise ConnectorError(f"environment variable {name} is not set: it must hold {what}")
+    value = value.strip()
+    if not value:
+        raise ConnectorError(f"environment variable {name} is empty: it must hold {what}")
+    register_url(value, whole=True)
+    try:
+        parts = urlsplit(value)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        valid = False
+    if not valid:
+        raise ConnectorError(
+            f"environment variable {name}: expected {what}, an http:// or https:// URL, "
+            "got a value that is not one (not shown: it may hold a secret)"
+        )
+    return value
 
 
 DEFAULT_DATABASE_URL = "sqlite:///salvagelane.db"

@@ -63,7 +63,7 @@ from salvagelane.errors import (
     SpoolError,
     StoreError,
 )
-from salvagelane.logs import bound, get_logger
+from salvagelane.logs import bound, get_logger, redact_text, redact_url, scrub_text
 from salvagelane.sinks import DeliveryOutcome, Sink
 from salvagelane.store import (
     ClaimedDelivery,
@@ -212,7 +212,9 @@ class Executor:
                 # The database refused an attempt: its output is in the spool file the
                 # error names. Say so on the run if the database takes that much.
                 try:
-                    self._store.fail_run(run_id, finished_at=self._clock(), error=str(exc))
+                    self._store.fail_run(
+                        run_id, finished_at=self._clock(), error=scrub_text(str(exc))
+                    )
                 except (StoreError, NotFoundError) as also:
                     log.warning("run.fail_not_recorded", error=str(also))
                 raise
@@ -222,7 +224,7 @@ class Executor:
                 self._store.fail_run(
                     run_id,
                     finished_at=self._clock(),
-                    error=f"internal error: {type(exc).__name__}: {exc}",
+                    error=scrub_text(f"internal error: {type(exc).__name__}: {exc}"),
                 )
                 raise
             if state.claims:
@@ -297,6 +299,8 @@ class Executor:
                 response_schema=instruction.output.envelope_schema.schema,
                 # The call, with its own retries, ends when the run's deadline does.
                 time_limit_seconds=time_left(),
+                # How much of the answer is worth reading (the connector's body cap).
+                max_output_bytes=instruction.guardrails.max_output_bytes,
             )
             started = self._clock()
             try:
@@ -312,8 +316,10 @@ class Executor:
                 )
                 continue
 
+            # A key echoed in the answer is redacted before anything stores or parses it.
+            completion, redactions = _redacted(completion)
             attempt = self._store_completion(
-                instruction, state, number, request, completion, started
+                instruction, state, number, request, completion, started, redactions
             )
             result = salvage(completion.text, policy, finish_reason=str(completion.finish_reason))
             attempt.result = result
@@ -365,13 +371,17 @@ class Executor:
         request: CompletionRequest,
         completion: Completion,
         started: datetime,
+        redactions: int = 0,
     ) -> _Attempt:
         cap = instruction.guardrails.max_output_bytes
+        summary = _request_summary(instruction, request)
+        if redactions:
+            summary["redactions"] = [{"kind": "secret", "count": redactions}]
         attempt_id = self._add_attempt(
             state.run_id,
             number=number,
             started_at=started,
-            request=_request_summary(instruction, request),
+            request=summary,
             raw_output=completion.text,
             finish_reason=str(completion.finish_reason),
             native_finish_reason=completion.native_finish_reason,
@@ -395,6 +405,7 @@ class Executor:
             native_finish_reason=completion.native_finish_reason,
             http_status=completion.http_status,
             stream_error=completion.stream_error,
+            **({"redactions": redactions} if redactions else {}),
         )
         attempt = _Attempt(number=number, attempt_id=attempt_id, completion=completion)
         state.attempts.append(attempt)
@@ -409,7 +420,7 @@ class Executor:
         exc: ConnectorError,
         started: datetime,
     ) -> _Attempt:
-        message = str(exc)
+        message = scrub_text(str(exc))
         attempt_id = self._add_attempt(
             state.run_id,
             number=number,
@@ -546,6 +557,7 @@ class Executor:
         )
 
     def _fail(self, instruction: Instruction, state: _RunState, error: str) -> RunOutcome:
+        error = scrub_text(error)
         self._store.fail_run(state.run_id, finished_at=self._clock(), error=error)
         log.warning("run.failed", error=error)
         # The finish reason the store reports for a run without report: its last
@@ -622,12 +634,14 @@ def _provider_trigger(exc: ConnectorError) -> RetryTrigger | None:
 
 
 def _request_summary(instruction: Instruction, request: CompletionRequest) -> dict[str, Any]:
-    """What was asked, without secrets: the key's variable name, never its value."""
+    """What was asked, without secrets: the key's variable name, never its value; the
+    base URL without userinfo and query string, or the name of its variable."""
     spec = instruction.connector
     prompt = request.system + "\n\n" + request.user
     return {
         "kind": str(spec.kind),
-        "base_url": spec.base_url,
+        "base_url": None if spec.base_url is None else redact_url(spec.base_url),
+        "base_url_env": spec.base_url_env,
         "model": spec.model,
         "api_key_env": spec.api_key_env,
         "max_output_tokens": request.max_output_tokens,
@@ -638,6 +652,31 @@ def _request_summary(instruction: Instruction, request: CompletionRequest) -> di
         "system": request.system,
         "user": request.user,
     }
+
+
+def _redacted(completion: Completion) -> tuple[Completion, int]:
+    """``completion`` with every registered secret (the key the call used among them,
+    in the encodings :func:`~salvagelane.logs.secret_pattern` lists) redacted from the
+    text, and from the provider's other strings; and how many redactions the text took.
+
+    The one exception to storing the output byte for byte (ADR 0005): a provider that
+    echoes the key into its answer must not get it into the database, the report, the
+    quarantine or a fixture captured from them. The attempt records the count.
+    """
+    text, count = redact_text(completion.text)
+
+    def scrubbed(value: str | None) -> str | None:
+        return None if value is None else scrub_text(value)
+
+    cleaned = dataclasses.replace(
+        completion,
+        text=text,
+        native_finish_reason=scrubbed(completion.native_finish_reason),
+        model=scrubbed(completion.model),
+        request_id=scrubbed(completion.request_id),
+        stream_error=scrubbed(completion.stream_error),
+    )
+    return cleaned, count
 
 
 def _spooled(database: str, run_id: str, number: int, fields: Mapping[str, Any]) -> SpooledAttempt:

@@ -7,7 +7,8 @@ processors, each ``(logger, method_name, event_dict) -> event_dict``:
 1. merge the fields bound with :func:`bound` (``run_id``, ``instruction``),
 2. add the level, the logger's name and an ISO 8601 UTC timestamp,
 3. render exceptions to text (so the next step can scrub them),
-4. :func:`redact_secrets`,
+4. :func:`redact_secrets` (secret-named fields, and registered secret values in the
+   encodings :func:`secret_pattern` lists),
 5. render: one JSON object per line, or structlog's readable console format.
 
 Logs go to stderr: stdout belongs to command output (``--json``).
@@ -15,14 +16,16 @@ Logs go to stderr: stdout belongs to command output (``--json``).
 
 from __future__ import annotations
 
+import base64
 import functools
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TextIO
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import structlog
 from structlog.contextvars import bound_contextvars
@@ -35,6 +38,7 @@ __all__ = [
     "REDACTED",
     "EventDict",
     "Processor",
+    "SecretPattern",
     "WrappedLogger",
     "add_logger_name",
     "bound",
@@ -42,8 +46,14 @@ __all__ = [
     "configure_logging",
     "get_logger",
     "redact_secrets",
+    "redact_text",
+    "redact_url",
     "register_secret",
+    "register_url",
+    "scrub_text",
     "secret_field_name",
+    "secret_pattern",
+    "url_secrets",
 ]
 
 WrappedLogger = Any
@@ -173,11 +183,12 @@ def bound(**fields: Any) -> Iterator[None]:
 
 # --- Redaction -----------------------------------------------------------------------------
 
-# A pattern matching any registered secret, or None while there is none: the common
-# case then costs one comparison per string. Rebuilt (never mutated) on registration,
-# so a thread logging meanwhile sees either the old or the new pattern.
+# A pattern matching any registered secret in any of the encodings below, or None while
+# there is none: the common case then costs one comparison per string. Rebuilt (never
+# mutated) on registration, so a thread logging meanwhile sees either the old or the new
+# pattern.
 _secrets: frozenset[str] = frozenset()
-_secret_pattern: re.Pattern[str] | None = None
+_secret_pattern: SecretPattern | None = None
 _registration = threading.Lock()
 
 # Words of a field name that make it secret wherever they appear ...
@@ -188,6 +199,14 @@ _SECRET_LAST_WORDS = frozenset({"token", "apikey"})
 # "key" alone, or after one of these: "api_key", "x-api-key", "private_key"; not
 # "rank_key", which names a field of the report.
 _KEY_QUALIFIERS = frozenset({"api", "access", "private", "secret", "signing"})
+# Words of a URL query parameter's name that make its value a secret besides those of
+# secret_field_name: signed URLs (sig, X-Amz-Signature, X-Amz-Credential), OAuth codes.
+_QUERY_SECRET_WORDS = frozenset(
+    {"sig", "signature", "credential", "auth", "code", "key", "token", "pass", "pwd"}
+)
+# A path segment of a URL read from the environment at least this long is registered
+# as a secret: webhook URLs carry their token in the path (/services/T0/B0/<token>).
+_SECRET_SEGMENT_LENGTH = 16
 
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 
@@ -204,7 +223,9 @@ def secret_field_name(name: str) -> bool:
 
 
 def register_secret(value: str) -> None:
-    """Scrub ``value`` from every string of every later log line.
+    """Scrub ``value`` from every string of every later log line, and from every text
+    passed to :func:`scrub_text` or :func:`redact_text`, in any of the encodings
+    :func:`secret_pattern` lists.
 
     Values shorter than :data:`MIN_SECRET_LENGTH` are ignored (see there).
     """
@@ -216,9 +237,7 @@ def register_secret(value: str) -> None:
         if value in _secrets:
             return
         _secrets = _secrets | {value}
-        # Longest first, so a secret containing another is replaced whole.
-        ordered = sorted(_secrets, key=len, reverse=True)
-        _secret_pattern = re.compile("|".join(re.escape(secret) for secret in ordered))
+        _secret_pattern = secret_pattern(_secrets)
 
 
 def clear_secrets() -> None:
@@ -227,6 +246,201 @@ def clear_secrets() -> None:
     with _registration:
         _secrets = frozenset()
         _secret_pattern = None
+
+
+def secret_pattern(secrets: Iterable[str]) -> SecretPattern | None:
+    r"""One pattern matching each of ``secrets`` as it is or as a provider might echo
+    it back:
+
+    - in any letter case;
+    - percent-encoded (``quote``, ``quote_plus``, any mix of encoded and plain
+      characters, either case of hex digit);
+    - as JSON ``\uXXXX`` escapes, for all of its characters or some, and ``\/``;
+    - base64, standard or URL-safe, with or without padding: the secret alone, and the
+      part of it any longer encoded text must contain. Base64 encodes 3 bytes at a
+      time, so where the secret starts in that text (its offset modulo 3) changes its
+      encoding: each of the 3 alignments gives its own run of whole 3-byte groups
+      (matched in any case too: a false match of 8 or more case-folded base64
+      characters is not a practical risk).
+
+    None when ``secrets`` is empty.
+    """
+    alternatives: dict[str, int] = {}  # regex source -> length of the text it matches
+    for secret in secrets:
+        folded = secret.lower()
+        rest = "".join(map(_character, folded[1:]))
+        # One alternative per form of the first character, so that every alternative
+        # starts with a literal: the regex engine then skips, at C speed, every position
+        # where none of them can start (a model output may be megabytes long).
+        for first in _forms(folded[0]):
+            alternatives[first + rest] = len(secret)
+        for encoded in _base64_forms(secret):
+            alternatives[re.escape(encoded.lower())] = len(encoded)
+    if not alternatives:
+        return None
+    # Longest first, so a secret containing another (or a padded base64 form containing
+    # its unpadded core) is replaced whole.
+    source = "|".join(sorted(alternatives, key=lambda source: -alternatives[source]))
+    return SecretPattern(folded=re.compile(source), anycase=re.compile(source, re.IGNORECASE))
+
+
+@dataclass(frozen=True, slots=True)
+class SecretPattern:
+    """Registered secrets, matched in lower-cased text (``folded``, fast: see
+    :func:`secret_pattern`), or with ``anycase`` when lower-casing changes the text's
+    length (U+0130), so positions in the lower-cased text are not those of the text."""
+
+    folded: re.Pattern[str]
+    anycase: re.Pattern[str]
+
+    def subn(self, text: str) -> tuple[str, int]:
+        """``text`` with each match replaced by :data:`REDACTED`, and how many there were."""
+        lowered = text.lower()
+        if len(lowered) != len(text):
+            return self.anycase.subn(REDACTED, text)
+        pieces: list[str] = []
+        last = 0
+        for match in self.folded.finditer(lowered):
+            pieces += (text[last : match.start()], REDACTED)
+            last = match.end()
+        if not pieces:
+            return text, 0
+        pieces.append(text[last:])
+        return "".join(pieces), len(pieces) // 2
+
+    def search(self, text: str) -> bool:
+        lowered = text.lower()
+        if len(lowered) != len(text):
+            return self.anycase.search(text) is not None
+        return self.folded.search(lowered) is not None
+
+
+def _forms(char: str) -> list[str]:
+    r"""Regexes for a lower-case ``char`` in lower-cased text: itself, and the
+    percent-encoding and JSON escape of it or of its upper case (lower-casing the text
+    leaves the hex digits of ``%4B`` or ``\u004B`` naming the upper-case letter)."""
+    forms = [re.escape(char)]
+    for variant in dict.fromkeys((char, char.upper())):
+        if len(variant) != 1:  # "ß".upper() == "SS": no single escape stands for it
+            continue
+        forms.append("".join(f"%{byte:02x}" for byte in variant.encode("utf-8")))
+        point = ord(variant)
+        if point < 0x10000:
+            forms.append(f"\\\\u{point:04x}")
+        else:  # a surrogate pair in JSON
+            point -= 0x10000
+            forms.append(f"\\\\u{0xD800 + (point >> 10):04x}\\\\u{0xDC00 + (point & 0x3FF):04x}")
+    if char == " ":
+        forms.append(r"\+")
+    elif char == "/":
+        forms.append(r"\\/")
+    return forms
+
+
+def _character(char: str) -> str:
+    """A regex matching ``char`` (lower case) in any of its :func:`_forms`."""
+    return "(?:" + "|".join(_forms(char)) + ")"
+
+
+def _base64_forms(secret: str) -> set[str]:
+    data = secret.encode("utf-8")
+    forms: set[str] = set()
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        whole = encode(data).decode("ascii")
+        forms |= {whole, whole.rstrip("=")}
+        for start in range(3):
+            groups = (len(data) - start) // 3 * 3
+            if groups >= 6:  # 8 characters or more: long enough never to match by chance
+                forms.add(encode(data[start : start + groups]).decode("ascii"))
+    return forms
+
+
+def scrub_text(text: str, *also: str | None) -> str:
+    """``text`` with every registered secret (see :func:`secret_pattern` for the
+    encodings) replaced by :data:`REDACTED`. The values in ``also`` are registered first:
+    a value worth scrubbing from one message is worth scrubbing from every later one."""
+    return redact_text(text, *also)[0]
+
+
+def redact_text(text: str, *also: str | None) -> tuple[str, int]:
+    """:func:`scrub_text`, and how many replacements were made."""
+    for value in also:
+        if value:
+            register_secret(value)
+    pattern = _secret_pattern
+    if pattern is None:
+        return text, 0
+    return pattern.subn(text)
+
+
+def redact_url(url: str, *, keep_path: bool = True) -> str:
+    """``url`` as it may be logged, printed and stored: scheme, host, port and path kept;
+    userinfo (``user:password@``), query string and fragment replaced by
+    :data:`REDACTED`. Without ``keep_path`` the path goes too (a URL that is a secret as
+    a whole, such as a webhook URL whose path is its token). Text that does not parse as
+    an absolute URL is replaced whole when it holds ``@``, ``?`` or ``#``."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return REDACTED
+    if not parts.scheme or not parts.netloc:
+        # Not an absolute URL: shown as it is unless it could hold userinfo or a query.
+        return REDACTED if any(mark in url for mark in "@?#") else url
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    netloc = host if port is None else f"{host}:{port}"
+    if "@" in parts.netloc:
+        netloc = f"{REDACTED}@{netloc}"
+    path = parts.path
+    if not keep_path and path not in ("", "/"):
+        path = "/" + REDACTED
+    return urlunsplit(
+        (
+            parts.scheme,
+            netloc,
+            path,
+            REDACTED if parts.query else "",
+            REDACTED if parts.fragment else "",
+        )
+    )
+
+
+def register_url(url: str, *, whole: bool = False) -> None:
+    """Register the secrets a URL carries: its userinfo (the password, or a username
+    used as a token), and the values of query parameters named like secrets (``token``,
+    ``key``, ``sig``...). ``whole`` (a URL read from the environment): the URL itself and
+    every long path segment too."""
+    for secret in url_secrets(url, whole=whole):
+        register_secret(secret)
+
+
+def url_secrets(url: str, *, whole: bool = False) -> list[str]:
+    """The values :func:`register_url` registers for ``url``."""
+    found = [url] if whole else []
+    try:
+        parts = urlsplit(url)
+        password, username = parts.password, parts.username
+    except ValueError:
+        return found
+    if "@" in parts.netloc:
+        found.append(parts.netloc.rpartition("@")[0])
+        if password:
+            found.append(unquote(password))
+        elif username:
+            found.append(unquote(username))
+    for name, value in parse_qsl(parts.query, keep_blank_values=False):
+        words = {word.lower() for word in _WORD.findall(name)}
+        if secret_field_name(name) or words & _QUERY_SECRET_WORDS:
+            found.append(value)
+    if whole:
+        found.extend(
+            unquote(segment)
+            for segment in parts.path.split("/")
+            if len(segment) >= _SECRET_SEGMENT_LENGTH
+        )
+    return found
 
 
 def redact_secrets(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
@@ -249,12 +463,12 @@ def redact_secrets(logger: WrappedLogger, method_name: str, event_dict: EventDic
 _PLAIN = (int, float, bool, type(None))
 
 
-def _scrub(value: Any, pattern: re.Pattern[str] | None) -> Any:
+def _scrub(value: Any, pattern: SecretPattern | None) -> Any:
     """``value`` with secrets replaced; the same object when there was nothing to replace."""
     if isinstance(value, str):
         if pattern is None:
             return value
-        return pattern.sub(REDACTED, value)
+        return pattern.subn(value)[0]
     if isinstance(value, Mapping):
         changed = False
         copied: dict[Any, Any] = {}
@@ -274,6 +488,6 @@ def _scrub(value: Any, pattern: re.Pattern[str] | None) -> Any:
     # Anything else is rendered with repr() (an exception passed as a field, a Path):
     # when that text holds a secret, log the scrubbed text instead.
     text = repr(value)
-    if pattern.search(text) is None:
+    if not pattern.search(text):
         return value
-    return pattern.sub(REDACTED, text)
+    return pattern.subn(text)[0]

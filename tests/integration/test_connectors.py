@@ -243,13 +243,65 @@ def test_body_that_is_not_json(server: ScriptedServer, connect: Any) -> None:
     assert len(server.requests) == 1
 
 
-def test_response_over_the_size_cap(server: ScriptedServer, connect: Any) -> None:
+def test_response_over_the_size_cap_keeps_the_text_received(
+    server: ScriptedServer, connect: Any
+) -> None:
     server.script.append(Scripted(body=chat("x" * 5000)))
-    with pytest.raises(ProviderError, match="exceeds 1000 bytes") as caught:
-        connect(max_response_bytes=1000).complete(REQUEST)
+    completion = connect(max_response_bytes=1000).complete(REQUEST)
 
-    assert caught.value.retryable is False
+    # Never dropped: the text in the first 1000 bytes, marked as cut, not retried.
+    assert 800 < len(completion.text) < 1000
+    assert set(completion.text) == {"x"}
+    assert completion.finish_reason is FinishReason.ERROR
+    assert completion.stream_error == (
+        f"{completion_url(connect)}: HTTP 200: response body exceeds 1000 bytes "
+        f"(Content-Length {len(json.dumps(chat('x' * 5000)))}); stopped reading: kept the "
+        "answer's text received so far"
+    )
     assert len(server.requests) == 1
+
+
+def test_a_cut_inside_an_escape_keeps_the_whole_characters_before_it(
+    server: ScriptedServer, connect: Any
+) -> None:
+    body = json.dumps(chat("\u00e9" * 2000))  # each é is sent as a 6-character escape
+    start = body.index('"content": "') + len('"content": "')
+    server.script.append(Scripted(body=body.encode()))
+    completion = connect(max_response_bytes=start + 6 * 100 + 3).complete(REQUEST)
+
+    assert completion.text == "\u00e9" * 100
+    assert completion.stream_error is not None
+
+
+def test_a_body_cut_before_the_text_keeps_its_first_bytes(
+    server: ScriptedServer, connect: Any
+) -> None:
+    body = json.dumps({"padding": "p" * 5000, **chat()})
+    server.script.append(Scripted(body=body.encode()))
+    completion = connect(max_response_bytes=1000).complete(REQUEST)
+
+    assert completion.text == body[:1000]
+    assert completion.stream_error is not None
+    assert completion.stream_error.endswith(
+        "stopped reading: kept the body's first 1000 bytes (no answer text found in them)"
+    )
+
+
+def test_an_error_body_over_the_size_cap_is_quoted_and_keeps_its_status(
+    server: ScriptedServer, connect: Any, clock: FakeClock
+) -> None:
+    server.script.append(Scripted(status=503, body={"error": {"message": "busy " * 1000}}))
+    server.script.append(Scripted(body=chat()))
+    completion = connect(max_response_bytes=1000).complete(REQUEST)
+
+    # A 503 stays a retryable 503 however long its body.
+    assert completion.attempts == 2
+    assert completion.stream_error is None
+
+
+def completion_url(connect: Any) -> str:
+    url: str = connect().url
+    return url
 
 
 def test_deadline_across_retries(server: ScriptedServer, connect: Any, clock: FakeClock) -> None:

@@ -213,11 +213,21 @@ def test_error_object_at_http_200(server: ScriptedServer, connect: Any) -> None:
     assert completion.attempts == 2
 
 
-def test_response_over_the_size_cap(server: ScriptedServer, connect: Any) -> None:
-    server.script.append(Scripted(body=message(content=[{"type": "text", "text": "x" * 5000}])))
-    with pytest.raises(ProviderError, match="exceeds 1000 bytes") as caught:
-        connect(max_response_bytes=1000).complete(REQUEST)
-    assert caught.value.retryable is False
+def test_response_over_the_size_cap_keeps_the_text_received(
+    server: ScriptedServer, connect: Any
+) -> None:
+    blocks = [{"type": "text", "text": "a" * 300}, {"type": "text", "text": "b" * 5000}]
+    server.script.append(Scripted(body=message(content=blocks)))
+    completion = connect(max_response_bytes=1000).complete(REQUEST)
+
+    # Both text blocks as far as they arrived: the first whole, the second cut.
+    assert completion.text.startswith("a" * 300 + "bbb")
+    assert set(completion.text[300:]) == {"b"}
+    assert len(completion.text) < 1000
+    assert completion.finish_reason is FinishReason.ERROR
+    assert completion.stream_error is not None
+    assert "response body exceeds 1000 bytes" in completion.stream_error
+    assert len(server.requests) == 1
 
 
 def test_read_timeout_is_retried(server: ScriptedServer, connect: Any, clock: FakeClock) -> None:

@@ -442,8 +442,8 @@ BROKEN = [
         "sink-without-its-target",
         "\nretry:",
         "\nsinks:\n  - kind: webhook\nretry:",
-        "sinks[0].url",
-        ("(required field), got nothing",),
+        "sinks[0]",
+        ('expected exactly one of "url", "url_env", got none of them',),
     ),
     Broken(
         "sink-with-another-kinds-field",

@@ -3,11 +3,13 @@ chunk boundaries falling anywhere."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from salvagelane.connectors.sse import (
     ServerSentEvent,
+    SseEventTooLarge,
     SseParser,
     decode_utf8,
     iter_events,
@@ -85,3 +87,19 @@ def test_utf8_split_across_byte_chunks() -> None:
     raw = "data: caf\u00e9 \u2713\n\n".encode()
     chunks = [raw[i : i + 1] for i in range(len(raw))]
     assert list(iter_events(decode_utf8(chunks))) == [ServerSentEvent(data="caf\u00e9 \u2713")]
+
+
+def test_an_event_within_the_limit_passes_and_a_longer_one_is_refused() -> None:
+    fits = "data: " + "a" * 40 + "\ndata: " + "b" * 40 + "\n\n"
+    assert list(iter_events([fits], max_event_chars=82)) == [
+        ServerSentEvent(data="a" * 40 + "\n" + "b" * 40)
+    ]
+    with pytest.raises(SseEventTooLarge, match="exceeds 81 characters"):
+        list(iter_events([fits], max_event_chars=81))
+
+
+def test_a_line_that_never_ends_is_refused_before_it_fills_memory() -> None:
+    parser = SseParser(max_event_chars=1000)
+    parser.feed("data: " + "x" * 900)
+    with pytest.raises(SseEventTooLarge):
+        parser.feed("x" * 200)

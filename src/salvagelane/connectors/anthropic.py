@@ -21,6 +21,7 @@ API's versioning policy asks.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Unpack
 
 import httpx
@@ -33,6 +34,7 @@ from salvagelane.connectors.http import (
     error_in_body,
     event_object,
     int_or_none,
+    json_string_prefix,
     str_or_none,
     unexpected_body,
 )
@@ -54,6 +56,7 @@ class AnthropicConnector(HttpConnector):
     """An Anthropic Messages endpoint. ``clock`` and ``sleep`` are injectable for tests."""
 
     request_id_header = "request-id"
+    endpoint = "messages"
 
     def __init__(
         self,
@@ -61,16 +64,20 @@ class AnthropicConnector(HttpConnector):
         *,
         model: str,
         api_key_env: str | None,
-        base_url: str = DEFAULT_BASE_URL,
+        base_url: str | None = None,
+        base_url_env: str | None = None,
         anthropic_version: str = DEFAULT_VERSION,
         **options: Unpack[ConnectorOptions],
     ):
-        super().__init__(client, base_url=base_url, model=model, api_key_env=api_key_env, **options)
+        super().__init__(
+            client,
+            base_url=DEFAULT_BASE_URL if base_url is None and base_url_env is None else base_url,
+            base_url_env=base_url_env,
+            model=model,
+            api_key_env=api_key_env,
+            **options,
+        )
         self.anthropic_version = anthropic_version
-
-    @property
-    def url(self) -> str:
-        return f"{self.base_url}/messages"
 
     def request_body(self, request: CompletionRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -132,6 +139,22 @@ class AnthropicConnector(HttpConnector):
             http_status=status,
         )
 
+    def partial_text(self, body: str) -> str | None:
+        # The text blocks of "content": [{"type": "text", "text": "...}, ...], in order,
+        # up to where the body was cut.
+        content = _CONTENT_ARRAY.search(body)
+        if content is None:
+            return None
+        parts: list[str] = []
+        at: int | None = content.end()
+        while at is not None and (block := _TEXT.search(body, at)) is not None:
+            decoded = json_string_prefix(body, block.end())
+            if decoded is None:
+                break
+            text, at = decoded
+            parts.append(text)
+        return "".join(parts) if parts else None
+
     def on_event(self, state: StreamState, event: ServerSentEvent, key: str | None) -> None:
         data = event_object(self.url, event, key, f"{event.event} event data")
         kind = str_or_none(data.get("type")) or event.event
@@ -159,6 +182,10 @@ class AnthropicConnector(HttpConnector):
         elif kind == "error":
             raise _error_object(self.url, 200, data.get("error"), key, "error event in the stream")
         # ping, content_block_start/stop and event types added later need nothing.
+
+
+_CONTENT_ARRAY = re.compile(r'"content"\s*:\s*\[')
+_TEXT = re.compile(r'"text"\s*:\s*"')
 
 
 def _stream_usage(state: StreamState, usage: Any) -> None:

@@ -14,7 +14,10 @@ class CompletionRequest:
     """One prompt as sent. ``response_schema`` is the JSON Schema of the report, sent as a
     native structured-output hint when the connector is configured to.
     ``time_limit_seconds`` caps the whole call, retries and waits included, below the
-    connector's own deadline: what is left of the run's deadline."""
+    connector's own deadline: what is left of the run's deadline. ``max_output_bytes``
+    (the definition's guardrail) sets how much of the answer is read: an HTTP connector's
+    body cap follows it (see :func:`~salvagelane.connectors.http.response_cap`), and a
+    stream stops once its text is longer."""
 
     system: str
     user: str
@@ -22,6 +25,7 @@ class CompletionRequest:
     temperature: float
     response_schema: Mapping[str, Any] | None = None
     time_limit_seconds: float | None = None
+    max_output_bytes: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -33,8 +37,9 @@ class Completion:
     ``prompt_tokens`` and ``completion_tokens`` (None when not reported).
     ``latency_seconds`` is the duration of the attempt that answered; ``attempts``
     counts every attempt made. ``http_status`` is None for a replayed completion.
-    ``stream_error`` says how a streamed answer broke off (connection dropped, timeout,
-    deadline, size cap, an error event); the text is then what arrived before the break,
+    ``stream_error`` says how an answer broke off: a stream (connection dropped,
+    timeout, deadline, size cap, its text past ``max_output_bytes``, an error event), or
+    a body past the response cap; the text is then what arrived before the break,
     ``finish_reason`` is ERROR, and the call was not retried.
     """
 

@@ -33,6 +33,9 @@ def build_connector(
     ``fixture`` names the raw output file; a ``meta.json`` beside it is read too.
     ``timeout_seconds`` bounds each HTTP attempt; ``deadline_seconds`` (the schedule's,
     when set) bounds the whole call with its retries, else the connector's default applies.
+    ``base_url_env`` names the variable holding the base URL instead of ``base_url``: it
+    is read at call time, like the key. The response body cap follows each request's
+    ``max_output_bytes`` (the executor sets the definition's).
     """
     if replay is not None:
         return ReplayConnector(replay)
@@ -50,7 +53,8 @@ def build_connector(
     if spec.kind is ConnectorKind.OPENAI:
         return OpenAICompatibleConnector(
             client,
-            base_url=spec.base_url or OPENAI_BASE_URL,
+            base_url=None if spec.base_url_env else spec.base_url or OPENAI_BASE_URL,
+            base_url_env=spec.base_url_env,
             model=spec.model,
             api_key_env=spec.api_key_env,
             max_tokens_field=spec.max_tokens_field or "max_tokens",
@@ -59,7 +63,8 @@ def build_connector(
     if spec.kind is ConnectorKind.ANTHROPIC:
         return AnthropicConnector(
             client,
-            base_url=spec.base_url or ANTHROPIC_BASE_URL,
+            base_url=None if spec.base_url_env else spec.base_url or ANTHROPIC_BASE_URL,
+            base_url_env=spec.base_url_env,
             model=spec.model,
             api_key_env=spec.api_key_env,
             anthropic_version=spec.anthropic_version or DEFAULT_VERSION,

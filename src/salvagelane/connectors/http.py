@@ -2,35 +2,51 @@
 
 Provider-independent: which answers are worth another attempt, how long the server asked
 us to wait, the retry loop (tenacity: exponential backoff with jitter) under one overall
-deadline that includes the waits, the capped body read, a stream reader that keeps the
+deadline that includes the waits, the bounded body read, a stream reader that keeps the
 text received before a break, and scrubbing secrets out of every message.
 
 Failures are :class:`~salvagelane.errors.ProviderError` (status, code, retryable,
 retry_after); the webhook sink translates them into ``SinkError`` at its boundary.
 Secrets are never put in an exception: transport errors are re-raised ``from None``
-with their text scrubbed.
+with their text scrubbed (the key and every registered secret, in the encodings
+:func:`salvagelane.logs.secret_pattern` lists), and a URL appears in a message only as
+:func:`salvagelane.logs.redact_url` shows it, or by the name of the variable it came from.
+
+The body cap follows the definition's ``max_output_bytes`` (:func:`response_cap`). A
+2xx body past it is not an error: the answer's text received so far is returned, marked
+(``stream_error``) like a stream that broke off, and the executor stores it bounded.
 """
 
 from __future__ import annotations
 
 import abc
+import codecs
 import dataclasses
 import json
 import math
+import re
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar, TypedDict, TypeVar, Unpack
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import tenacity
 
 from salvagelane import environment
 from salvagelane.connectors.base import Completion, CompletionRequest
-from salvagelane.connectors.sse import ServerSentEvent, decode_utf8, iter_events
+from salvagelane.connectors.sse import (
+    ServerSentEvent,
+    SseEventTooLarge,
+    decode_utf8,
+    iter_events,
+)
 from salvagelane.core.finish import FinishReason, canonical_finish_reason
 from salvagelane.errors import ConnectorError, ProviderError
+from salvagelane.logs import redact_url, register_secret, register_url, scrub_text
 
 T = TypeVar("T")
 
@@ -41,7 +57,32 @@ QUOTA_CODES = frozenset(
 )
 """Error codes that mean the account is out of money: asking again cannot help."""
 PREVIEW_CHARS = 200
-REDACTED = "[REDACTED]"
+
+MiB = 1024 * 1024
+RESPONSE_CEILING_BYTES = 64 * MiB
+"""No response body is read past this, whatever ``max_output_bytes`` says."""
+JSON_ESCAPE_FACTOR = 6
+"""A text's JSON string is at most 6 times its UTF-8 length (``\\u0001`` for one byte)."""
+ENVELOPE_HEADROOM_BYTES = 1 * MiB
+"""Room for the rest of a provider's JSON answer around the text."""
+ERROR_BODY_BYTES = 64 * 1024
+"""An error body is read only to quote it: a small cap is plenty."""
+
+
+def response_cap(max_output_bytes: int) -> int:
+    """The body cap for an answer whose text may be ``max_output_bytes`` long: room for
+    that text however it is escaped, plus the envelope, at most :data:`RESPONSE_CEILING_BYTES`."""
+    return min(
+        RESPONSE_CEILING_BYTES, JSON_ESCAPE_FACTOR * max_output_bytes + ENVELOPE_HEADROOM_BYTES
+    )
+
+
+def join_url(base: str, path: str) -> str:
+    """``path`` appended to ``base``'s path, before its query string (which is kept)."""
+    parts = urlsplit(base)
+    return urlunsplit(
+        (parts.scheme, parts.netloc, parts.path.rstrip("/") + "/" + path, parts.query, "")
+    )
 
 
 def retryable_status(status: int, code: str | None = None) -> bool:
@@ -73,8 +114,9 @@ def retry_after(headers: httpx.Headers) -> float | None:
 
 
 def scrub(text: str, secret: str | None) -> str:
-    """``text`` with every occurrence of ``secret`` replaced by ``[REDACTED]``."""
-    return text.replace(secret, REDACTED) if secret else text
+    """``text`` with ``secret`` and every registered secret, in any of the encodings a
+    server may echo them in, replaced by ``[REDACTED]``."""
+    return scrub_text(text, secret)
 
 
 def preview(text: str, secret: str | None) -> str:
@@ -199,8 +241,9 @@ def event_object(url: str, event: ServerSentEvent, secret: str | None, what: str
 class CallOptions(TypedDict, total=False):
     """Keyword arguments shared by everything that calls out over HTTP (the connectors and
     the webhook sink). All optional: the numbers default to the caller's HttpSettings,
-    ``key_lookup`` to :func:`salvagelane.environment.api_key`, ``clock`` and ``sleep`` to
-    real time (tests inject fakes)."""
+    ``key_lookup`` to :func:`salvagelane.environment.api_key`, ``url_lookup`` (the URL
+    named by ``base_url_env`` or ``url_env``) to :func:`salvagelane.environment.url`,
+    ``clock`` and ``sleep`` to real time (tests inject fakes)."""
 
     timeout_seconds: float
     deadline_seconds: float
@@ -208,6 +251,7 @@ class CallOptions(TypedDict, total=False):
     backoff_seconds: float
     max_backoff_seconds: float
     key_lookup: Callable[[str], str]
+    url_lookup: Callable[[str], str]
     clock: Callable[[], float]
     sleep: Callable[[float], None]
 
@@ -392,13 +436,18 @@ class HttpCaller:
         deadline: Deadline,
         handle: Callable[[httpx.Response], T],
         secret: str | None,
+        shown: str | None = None,
     ) -> T:
-        """One POST; ``handle`` reads the still-open response. Timeouts and transport
-        failures (also those escaping ``handle``) become retryable ProviderErrors."""
+        """One POST to ``url``, named ``shown`` in messages (by default as
+        :func:`~salvagelane.logs.redact_url` shows it); ``handle`` reads the still-open
+        response. Timeouts and transport failures (also those escaping ``handle``) become
+        retryable ProviderErrors."""
+        if shown is None:
+            shown = redact_url(url)
         remaining = deadline.remaining()
         if remaining <= 0:
             raise ProviderError(
-                f"{url}: the {deadline.seconds:.3g} s deadline passed", retryable=False
+                f"{shown}: the {deadline.seconds:.3g} s deadline passed", retryable=False
             )
         try:
             with self._client.stream(
@@ -411,20 +460,20 @@ class HttpCaller:
                 return handle(response)
         except httpx.TimeoutException as exc:
             raise ProviderError(
-                f"{url}: timed out ({type(exc).__name__})", retryable=True
+                f"{shown}: timed out ({type(exc).__name__})", retryable=True
             ) from None
         except httpx.TransportError as exc:
-            message = scrub(str(exc), secret)
+            message = scrub(str(exc).replace(url, shown), secret)
             raise ProviderError(
-                f"{url}: connection failed ({type(exc).__name__}: {message})", retryable=True
+                f"{shown}: connection failed ({type(exc).__name__}: {message})", retryable=True
             ) from None
 
     def iter_capped(
-        self, response: httpx.Response, deadline: Deadline, url: str
+        self, response: httpx.Response, deadline: Deadline, url: str, *, cap: int | None = None
     ) -> Iterator[bytes]:
-        """The body's chunks, stopping with a non-retryable ProviderError past
-        ``max_response_bytes`` or the deadline."""
-        cap = self.settings.max_response_bytes
+        """The body's chunks, stopping with a non-retryable ProviderError past ``cap``
+        bytes (default ``max_response_bytes``) or the deadline."""
+        cap = self.settings.max_response_bytes if cap is None else cap
         size = 0
         for chunk in response.iter_bytes():
             size += len(chunk)
@@ -445,6 +494,28 @@ class HttpCaller:
 
     def read_capped(self, response: httpx.Response, deadline: Deadline, url: str) -> bytes:
         return b"".join(self.iter_capped(response, deadline, url))
+
+    def read_prefix(
+        self, response: httpx.Response, deadline: Deadline, url: str, cap: int
+    ) -> tuple[bytes, bool]:
+        """The body, or its first ``cap`` bytes and True when it is longer (reading stops
+        there). A non-retryable ProviderError when the deadline passes while reading."""
+        parts: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            room = cap - size
+            if len(chunk) > room:
+                parts.append(chunk[:room])
+                return b"".join(parts), True
+            parts.append(chunk)
+            size += len(chunk)
+            if deadline.remaining() < 0:
+                raise ProviderError(
+                    f"{url}: the {deadline.seconds:.3g} s deadline passed while reading",
+                    status=response.status_code,
+                    retryable=False,
+                )
+        return b"".join(parts), False
 
 
 def _is_retryable(exc: BaseException) -> bool:
@@ -471,6 +542,18 @@ class StreamState:
         return any(self.parts)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StreamLimits:
+    """What bounds reading a stream: ``wire_bytes`` (None: only the deadline), one
+    event's size in characters (the parser holds one at a time), and the text's size in
+    bytes (None: unbounded), past which the answer is over ``max_output_bytes`` and
+    reading it further would be wasted: it is stored clipped and never scanned."""
+
+    wire_bytes: int | None
+    event_chars: int
+    text_bytes: int | None = None
+
+
 def read_stream(
     caller: HttpCaller,
     response: httpx.Response,
@@ -482,6 +565,7 @@ def read_stream(
     started: float,
     fallback_model: str,
     request_id_header: str,
+    limits: StreamLimits | None = None,
 ) -> Completion:
     """Read a 2xx event stream into a Completion.
 
@@ -490,21 +574,46 @@ def read_stream(
     size cap, error event, or the stream ending before its final event) raises when no
     text has arrived yet, so the call is retried by the usual rules; after text arrived
     it is recorded in ``stream_error`` and the partial text is returned, never retried.
+    Text past ``limits.text_bytes`` stops the reading the same way. ``limits`` default:
+    the wire and an event capped at ``max_response_bytes``, the text unbounded.
     """
+    if limits is None:
+        cap = caller.settings.max_response_bytes
+        limits = StreamLimits(wire_bytes=cap, event_chars=cap)
     state = StreamState(request_id=response.headers.get(request_id_header))
     stream_error: str | None = None
+    status = response.status_code
+    counted = text_bytes = 0
+    chunks = caller.iter_capped(
+        response, deadline, url, cap=sys.maxsize if limits.wire_bytes is None else limits.wire_bytes
+    )
     try:
-        for event in iter_events(decode_utf8(caller.iter_capped(response, deadline, url))):
+        for event in iter_events(decode_utf8(chunks), max_event_chars=limits.event_chars):
             on_event(state, event)
             if state.done:
                 break
+            if limits.text_bytes is not None:
+                for part in state.parts[counted:]:
+                    text_bytes += len(part.encode("utf-8", "surrogatepass"))
+                counted = len(state.parts)
+                if text_bytes > limits.text_bytes:
+                    stream_error = (
+                        f"{url}: HTTP {status}: the answer passed max_output_bytes "
+                        f"({limits.text_bytes} bytes); stopped reading"
+                    )
+                    break
         else:
             raise ProviderError(
-                f"{url}: HTTP {response.status_code}: the event stream ended before its "
-                "final event",
-                status=response.status_code,
+                f"{url}: HTTP {status}: the event stream ended before its final event",
+                status=status,
                 retryable=True,
             )
+    except SseEventTooLarge as exc:
+        if not state.has_text:
+            raise ProviderError(
+                f"{url}: HTTP {status}: {exc}", status=status, retryable=False
+            ) from None
+        stream_error = f"{url}: HTTP {status}: {exc}"
     except ProviderError as exc:
         if not state.has_text:
             raise
@@ -535,9 +644,40 @@ def read_stream(
         model=state.model or fallback_model,
         request_id=state.request_id,
         latency_seconds=caller.clock() - started,
-        http_status=response.status_code,
+        http_status=status,
         stream_error=stream_error,
     )
+
+
+# --- a body past the cap ---------------------------------------------------------------------
+
+_STRING_BODY = re.compile(r'(?:[^"\\]++|\\.)*+', re.DOTALL)
+_CUT_ESCAPE = re.compile(r"(\\+)(?:u[0-9a-fA-F]{0,3})?$")
+
+
+def json_string_prefix(text: str, start: int) -> tuple[str, int | None] | None:
+    """The JSON string whose first character (after its opening quote) is at ``start`` in
+    ``text``, decoded, and the index after its closing quote; None for that index when
+    ``text`` ends first (the string is then decoded up to the last whole character).
+    None when it is not a valid JSON string."""
+    match = _STRING_BODY.match(text, start)
+    assert match is not None  # the pattern matches the empty string
+    body = match.group()
+    closed = match.end() < len(text) and text[match.end()] == '"'
+    if not closed:
+        cut = _CUT_ESCAPE.search(body)
+        if cut is not None and len(cut.group(1)) % 2 == 1:  # an escape cut in half
+            body = body[: cut.start(1) + len(cut.group(1)) - 1]
+    try:
+        value = json.loads('"' + body + '"')
+    except json.JSONDecodeError:
+        return None
+    return value, (match.end() + 1 if closed else None)
+
+
+def body_text(raw: bytes) -> str:
+    """A body's beginning as text; a character cut at the end is left out."""
+    return codecs.getincrementaldecoder("utf-8")(errors="replace").decode(raw, final=False)
 
 
 def is_event_stream(response: httpx.Response) -> bool:
@@ -550,23 +690,34 @@ def is_event_stream(response: httpx.Response) -> bool:
 # --- the connector skeleton ------------------------------------------------------------------
 
 
+def _base_url_from(name: str) -> str:
+    return environment.url(name, "the connector's base URL")
+
+
 class HttpConnector(abc.ABC):
     """The call shared by the HTTP connectors; subclasses supply the wire format.
 
+    The endpoint is ``base_url`` or, read at call time, the URL held by the environment
+    variable ``base_url_env`` (exactly one of them); :attr:`url` is how messages show it.
     The API key is read through ``key_lookup`` at call time, sent only in a header, and
-    scrubbed from every message. With ``stream`` the answer is read as server-sent events
-    (see :func:`read_stream`). The keyword ``options`` are :class:`ConnectorOptions`; the
-    numbers among them default to :class:`HttpSettings`'s.
+    scrubbed from every message. With ``stream`` the answer is read as server-sent
+    events (see :func:`read_stream`). The keyword ``options`` are
+    :class:`ConnectorOptions`; the numbers among them default to :class:`HttpSettings`'s,
+    except the body cap, which follows the request's ``max_output_bytes`` unless
+    ``max_response_bytes`` is given.
     """
 
     #: Response header holding the provider's request id.
     request_id_header: ClassVar[str]
+    #: The endpoint's path below the base URL.
+    endpoint: ClassVar[str]
 
     def __init__(
         self,
         client: httpx.Client,
         *,
-        base_url: str,
+        base_url: str | None = None,
+        base_url_env: str | None = None,
         model: str,
         api_key_env: str | None,
         **options: Unpack[ConnectorOptions],
@@ -574,26 +725,38 @@ class HttpConnector(abc.ABC):
         reject_unknown(type(self).__name__, options, ConnectorOptions.__optional_keys__)
         settings = HttpSettings.of(options)
         problem = settings.problem()
+        if (base_url is None) == (base_url_env is None):
+            problem = "expected exactly one of base_url and base_url_env"
         if problem is not None:
             raise ConnectorError(f"{type(self).__name__}: {problem}")
-        self.base_url = base_url.rstrip("/")
+        self.base_url = None if base_url is None else base_url.rstrip("/")
+        self.base_url_env = base_url_env
+        if self.base_url is not None:
+            register_url(self.base_url)
         self.model = model
         self.api_key_env = api_key_env
         self.structured_output = options.get("structured_output", False)
         self.stream = options.get("stream", False)
         self.settings = settings
+        # Given explicitly, the body cap is the caller's; else it follows each request.
+        self._fixed_cap = "max_response_bytes" in options
         self._http = HttpCaller.of(client, settings, options)
         self._key_lookup = options.get("key_lookup", environment.api_key)
+        self._url_lookup = options.get("url_lookup", _base_url_from)
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(base_url={self.base_url!r}, model={self.model!r}, "
+            f"{type(self).__name__}(url={self.url!r}, model={self.model!r}, "
             f"api_key_env={self.api_key_env!r}, stream={self.stream!r})"
         )
 
     @property
-    @abc.abstractmethod
-    def url(self) -> str: ...
+    def url(self) -> str:
+        """The endpoint as messages show it: without userinfo and query string, or by the
+        name of the variable holding its base URL."""
+        if self.base_url is None:
+            return f"${self.base_url_env}/{self.endpoint}"
+        return redact_url(join_url(self.base_url, self.endpoint))
 
     @abc.abstractmethod
     def request_body(self, request: CompletionRequest) -> dict[str, Any]:
@@ -622,8 +785,20 @@ class HttpConnector(abc.ABC):
     def on_event(self, state: StreamState, event: ServerSentEvent, key: str | None) -> None:
         """Apply one stream event; raise ProviderError for an error event."""
 
+    @abc.abstractmethod
+    def partial_text(self, body: str) -> str | None:
+        """The answer's text in the beginning of a 2xx JSON body cut at the cap, as far
+        as it goes; None when it cannot be found there."""
+
     def complete(self, request: CompletionRequest) -> Completion:
         key = self._key_lookup(self.api_key_env) if self.api_key_env else None
+        if key is not None:
+            register_secret(key)
+        base = self.base_url
+        if base is None:
+            assert self.base_url_env is not None
+            base = self._url_lookup(self.base_url_env)
+        target = join_url(base, self.endpoint)
         try:
             body = json.dumps(
                 self.request_body(request),
@@ -637,16 +812,37 @@ class HttpConnector(abc.ABC):
             ) from exc
         completion, attempts = self._http.run(
             self.url,
-            lambda deadline: self._attempt(body, key, deadline),
+            lambda deadline: self._attempt(target, body, key, deadline, request),
             limit_seconds=request.time_limit_seconds,
         )
         return dataclasses.replace(completion, attempts=attempts)
 
-    def _attempt(self, body: bytes, key: str | None, deadline: Deadline) -> Completion:
+    def _body_cap(self, request: CompletionRequest) -> int:
+        if self._fixed_cap or request.max_output_bytes is None:
+            return self.settings.max_response_bytes
+        return response_cap(request.max_output_bytes)
+
+    def _attempt(
+        self,
+        target: str,
+        body: bytes,
+        key: str | None,
+        deadline: Deadline,
+        request: CompletionRequest,
+    ) -> Completion:
         started = self._http.clock()
+        cap = self._body_cap(request)
 
         def handle(response: httpx.Response) -> Completion:
             if self.stream and is_event_stream(response):
+                # A stream's framing can outweigh its text many times over: the text is
+                # bounded (max_output_bytes), one event by the body cap, the wire only by
+                # the deadline, unless the caller fixed a cap.
+                limits = StreamLimits(
+                    wire_bytes=cap if self._fixed_cap else None,
+                    event_chars=cap,
+                    text_bytes=request.max_output_bytes,
+                )
                 return read_stream(
                     self._http,
                     response,
@@ -657,18 +853,53 @@ class HttpConnector(abc.ABC):
                     started=started,
                     fallback_model=self.model,
                     request_id_header=self.request_id_header,
+                    limits=limits,
                 )
-            raw = self._http.read_capped(response, deadline, self.url)
+            limit = cap if response.is_success else min(cap, ERROR_BODY_BYTES)
+            raw, over = self._http.read_prefix(response, deadline, self.url, limit)
             latency = self._http.clock() - started
             if not response.is_success:
                 raise http_error(self.url, response, raw, key)
+            if over:
+                return self._clipped(response, raw, latency, cap)
             return self.parse(response, json_object(self.url, response, raw, key), key, latency)
 
         return self._http.post(
-            self.url,
+            target,
             body=body,
             headers=self.headers(key),
             deadline=deadline,
             handle=handle,
             secret=key,
+            shown=self.url,
+        )
+
+    def _clipped(
+        self, response: httpx.Response, raw: bytes, latency: float, cap: int
+    ) -> Completion:
+        """A 2xx body longer than ``cap``: the answer's text in its first ``cap`` bytes,
+        marked like a stream that broke off, never dropped. Without the text (an
+        unexpected layout), the body's first bytes stand for it: over the cap, they
+        are stored clipped and never scanned."""
+        status = response.status_code
+        length = response.headers.get("content-length", "")
+        of = f" (Content-Length {length})" if length.isdigit() else ""
+        body = body_text(raw)
+        text = self.partial_text(body)
+        kept = "kept the answer's text received so far"
+        if text is None:
+            text, kept = body, f"kept the body's first {cap} bytes (no answer text found in them)"
+        return Completion(
+            text=text,
+            finish_reason=FinishReason.ERROR,
+            native_finish_reason=None,
+            usage={"prompt_tokens": None, "completion_tokens": None},
+            model=self.model,
+            request_id=response.headers.get(self.request_id_header),
+            latency_seconds=latency,
+            http_status=status,
+            stream_error=(
+                f"{self.url}: HTTP {status}: response body exceeds {cap} bytes{of}; "
+                f"stopped reading: {kept}"
+            ),
         )

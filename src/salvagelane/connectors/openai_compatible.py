@@ -14,6 +14,7 @@ the last choice chunk the ``finish_reason``, an optional final chunk the ``usage
 
 from __future__ import annotations
 
+import re
 from typing import Any, Unpack
 
 import httpx
@@ -26,6 +27,7 @@ from salvagelane.connectors.http import (
     error_in_body,
     event_object,
     int_or_none,
+    json_string_prefix,
     retryable_status,
     str_or_none,
     unexpected_body,
@@ -39,23 +41,28 @@ class OpenAICompatibleConnector(HttpConnector):
     """A chat-completions endpoint. ``clock`` and ``sleep`` are injectable for tests."""
 
     request_id_header = "x-request-id"
+    endpoint = "chat/completions"
 
     def __init__(
         self,
         client: httpx.Client,
         *,
-        base_url: str,
+        base_url: str | None = None,
+        base_url_env: str | None = None,
         model: str,
         api_key_env: str | None,
         max_tokens_field: str = "max_tokens",
         **options: Unpack[ConnectorOptions],
     ):
-        super().__init__(client, base_url=base_url, model=model, api_key_env=api_key_env, **options)
+        super().__init__(
+            client,
+            base_url=base_url,
+            base_url_env=base_url_env,
+            model=model,
+            api_key_env=api_key_env,
+            **options,
+        )
         self.max_tokens_field = max_tokens_field
-
-    @property
-    def url(self) -> str:
-        return f"{self.base_url}/chat/completions"
 
     def request_body(self, request: CompletionRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -112,6 +119,15 @@ class OpenAICompatibleConnector(HttpConnector):
             http_status=status,
         )
 
+    def partial_text(self, body: str) -> str | None:
+        # The first choice's message content: "choices": [{..."message": {..."content": "
+        choices = _CHOICES.search(body)
+        content = None if choices is None else _CONTENT.search(body, choices.end())
+        if content is None:
+            return None
+        decoded = json_string_prefix(body, content.end())
+        return None if decoded is None else decoded[0]
+
     def on_event(self, state: StreamState, event: ServerSentEvent, key: str | None) -> None:
         if event.data.strip() == "[DONE]":
             state.done = True
@@ -145,6 +161,10 @@ class OpenAICompatibleConnector(HttpConnector):
         if chunk.get("error") is not None:
             # OpenRouter: an upstream failure mid-stream arrives as a chunk with an error.
             raise _error_object(self.url, 200, chunk["error"], key, "error in the stream")
+
+
+_CHOICES = re.compile(r'"choices"\s*:\s*\[')
+_CONTENT = re.compile(r'"content"\s*:\s*"')
 
 
 def _error_object(url: str, status: int, error: Any, key: str | None, what: str) -> ProviderError:

@@ -5,6 +5,8 @@ terminated event. Lines may end in LF, CR or CRLF (also split across chunks); li
 starting with ``:`` are comments (OpenRouter sends ``: OPENROUTER PROCESSING`` as a
 keep-alive); several ``data:`` lines join with LF. As the format requires, an event cut
 off by the end of the stream before its blank line is discarded, never half-dispatched.
+An event (or a line) longer than ``max_event_chars`` raises :class:`SseEventTooLarge`:
+the parser holds one event at a time, so that bounds its memory whatever the stream.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ from __future__ import annotations
 import codecs
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+
+
+class SseEventTooLarge(ValueError):
+    """An event or line longer than the parser's ``max_event_chars``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -27,10 +33,12 @@ class ServerSentEvent:
 class SseParser:
     """Incremental parser: :meth:`feed` text, get the events it completed."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_event_chars: int | None = None) -> None:
+        self._max = max_event_chars
         self._buffer = ""
         self._event = ""
         self._data: list[str] = []
+        self._data_chars = 0
         self._id: str | None = None
         self._retry: int | None = None
         self._first = True
@@ -47,6 +55,7 @@ class SseParser:
         while True:
             cut = _line_end(self._buffer, start)
             if cut is None:
+                self._check(len(self._buffer))
                 return events
             end, width = cut
             line, self._buffer = self._buffer[:end], self._buffer[end + width :]
@@ -76,6 +85,8 @@ class SseParser:
             self._event = value
         elif name == "data":
             self._data.append(value)
+            self._data_chars += len(value) + 1
+            self._check(0)
         elif name == "id" and "\0" not in value:
             self._id = value
         elif name == "retry" and value.isascii() and value.isdigit():
@@ -94,7 +105,14 @@ class SseParser:
         )
         self._event = ""
         self._data = []
+        self._data_chars = 0
         return event
+
+    def _check(self, pending: int) -> None:
+        if self._max is not None and self._data_chars + pending > self._max:
+            raise SseEventTooLarge(
+                f"an event of the stream exceeds {self._max} characters; stopped reading"
+            )
 
 
 def _line_end(buffer: str, start: int) -> tuple[int, int] | None:
@@ -111,9 +129,11 @@ def _line_end(buffer: str, start: int) -> tuple[int, int] | None:
     return cr, 2 if buffer[cr + 1] == "\n" else 1
 
 
-def iter_events(chunks: Iterable[str]) -> Iterator[ServerSentEvent]:
+def iter_events(
+    chunks: Iterable[str], *, max_event_chars: int | None = None
+) -> Iterator[ServerSentEvent]:
     """The events in a stream of text chunks, in order, as each completes."""
-    parser = SseParser()
+    parser = SseParser(max_event_chars)
     for chunk in chunks:
         yield from parser.feed(chunk)
     yield from parser.close()

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from salvagelane.core import Guardrails, ItemSchema, SalvagePolicy
+from salvagelane.logs import redact_url
 
 # --- The definition, as loaded -------------------------------------------------------------
 
@@ -50,8 +51,9 @@ class Schedule:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Connector:
-    """The LLM endpoint. ``api_key_env`` names the key's environment variable; it is read
-    only when a call is made."""
+    """The LLM endpoint. ``api_key_env`` names the key's environment variable, and
+    ``base_url_env`` (instead of ``base_url``) the base URL's; they are read only when a
+    call is made."""
 
     kind: ConnectorKind
     model: str
@@ -60,6 +62,7 @@ class Connector:
     timeout_seconds: float
     structured_output: bool
     base_url: str | None = None
+    base_url_env: str | None = None
     api_key_env: str | None = None
     max_tokens_field: str | None = None
     fixture: Path | None = None
@@ -138,20 +141,26 @@ class RetryPolicy:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SinkSpec:
     """One report sink: a JSON file (``path``, may hold ``{run_id}`` and ``{instruction}``),
-    a webhook (``url``, optional ``token_env`` naming the bearer token's variable) or a
-    callable (``callable`` as ``module:function``)."""
+    a webhook (``url``, or ``url_env`` naming the URL's variable; optional ``token_env``
+    naming the bearer token's) or a callable (``callable`` as ``module:function``)."""
 
     kind: SinkKind
     path: Path | None = None
     url: str | None = None
+    url_env: str | None = None
     token_env: str | None = None
     timeout_seconds: float = 30.0
     callable: str | None = None
 
     @property
     def target(self) -> str:
-        """Where the sink delivers, for logs and the runs table (never a secret)."""
-        return str(self.path or self.url or self.callable)
+        """Where the sink delivers, for logs and the runs table (never a secret: a URL
+        without userinfo and query string, or the name of the URL's variable)."""
+        if self.url_env is not None:
+            return f"${self.url_env}"
+        if self.url is not None:
+            return redact_url(self.url)
+        return str(self.path or self.callable)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

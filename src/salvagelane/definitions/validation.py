@@ -15,6 +15,7 @@ import jsonschema.exceptions
 
 from salvagelane.definitions.problems import PathParts, Problem, one_line, quoted, received
 from salvagelane.loading import load_json_file
+from salvagelane.logs import redact_url
 
 # --- The instruction schema ----------------------------------------------------------------
 
@@ -125,7 +126,11 @@ def _schema_problems(error: jsonschema.exceptions.ValidationError) -> list[Probl
     schema = error.schema if isinstance(error.schema, Mapping) else {}
     instance = error.instance
     value: Any = error.validator_value
-    secret = bool(path) and path[-1] == "api_key_env"
+    # A field that names a variable may have been given the secret itself.
+    secret = bool(path) and path[-1] in ("api_key_env", "token_env", "base_url_env", "url_env")
+    if path and path[-1] in ("base_url", "url") and isinstance(instance, str):
+        # A URL may carry credentials: quoted without userinfo and query string.
+        instance = redact_url(instance)
     got = received(instance, secret=secret)
     if "propertyNames" in error.relative_schema_path:
         key = str(instance)

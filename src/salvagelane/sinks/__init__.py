@@ -14,7 +14,7 @@ import httpx
 
 from salvagelane.definitions.model import SinkKind, SinkSpec
 from salvagelane.errors import ConfigurationError, SinkError
-from salvagelane.logs import get_logger
+from salvagelane.logs import get_logger, scrub_text
 from salvagelane.sinks.base import Sink
 from salvagelane.sinks.callable_sink import CallableSink
 from salvagelane.sinks.json_file import JsonFileSink
@@ -55,12 +55,16 @@ def build_sinks(specs: Sequence[SinkSpec], *, client: httpx.Client) -> list[Sink
                 raise ConfigurationError(f"{where}: expected a path, got none")
             sinks.append(JsonFileSink(spec.path))
         elif spec.kind is SinkKind.WEBHOOK:
-            if spec.url is None:
-                raise ConfigurationError(f"{where}: expected a url, got none")
+            if (spec.url is None) == (spec.url_env is None):
+                given = "both" if spec.url is not None else "neither"
+                raise ConfigurationError(
+                    f"{where}: expected a url or a url_env (exactly one), got {given}"
+                )
             sinks.append(
                 WebhookSink(
                     client,
                     url=spec.url,
+                    url_env=spec.url_env,
                     token_env=spec.token_env,
                     timeout_seconds=spec.timeout_seconds,
                 )
@@ -84,16 +88,17 @@ def deliver_one(sink: Sink, payload: Mapping[str, Any]) -> DeliveryOutcome:
 
     The caller logs and records the outcome; only a sink's bug (an exception other
     than SinkError) is logged here, with its traceback, which the outcome cannot carry.
+    The error is scrubbed of every registered secret: it is stored and printed.
     """
     kind, target = describe(sink)
     error: str | None = None
     try:
         sink.deliver(payload)
     except SinkError as exc:
-        error = str(exc)
+        error = scrub_text(str(exc))
     # A bug in one sink must not cost the report its other deliveries.
     except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"
+        error = scrub_text(f"{type(exc).__name__}: {exc}")
         _log.exception("sink.crashed", target=target, kind=kind)
     return DeliveryOutcome(target=target, kind=kind, ok=error is None, error=error)
 

@@ -5,6 +5,11 @@ Retries, the overall deadline and the capped read of an error body are the conne
 are retried with backoff (honouring ``retry-after``), other answers are not. The bearer
 token is read through ``key_lookup`` at delivery time from the variable named by
 ``token_env``, sent only in the ``Authorization`` header, and scrubbed from every message.
+
+The URL is ``url``, or the one held by the variable ``url_env``, read at delivery time
+(a chat webhook's URL is its own secret). The sink's :attr:`~WebhookSink.target`, under
+which its deliveries are recorded and shown, is the URL without userinfo and query
+string, or ``$NAME`` for a URL from the environment: never a credential.
 """
 
 from __future__ import annotations
@@ -25,13 +30,20 @@ from salvagelane.connectors.http import (
     reject_unknown,
 )
 from salvagelane.errors import ConnectorError, ProviderError, SinkError
+from salvagelane.logs import redact_url, register_secret, register_url
+
+
+def _webhook_url_from(name: str) -> str:
+    return environment.url(name, "the webhook's URL")
+
 
 # An error body is read only to quote it: a small cap is plenty.
 _ERROR_BODY_BYTES = 64 * 1024
 
 
 class WebhookSink:
-    """Delivers a payload with one JSON POST to ``url`` (any 2xx answer is success)."""
+    """Delivers a payload with one JSON POST to ``url`` or to the URL held by the
+    variable ``url_env`` (exactly one of them); any 2xx answer is success."""
 
     kind: ClassVar[str] = "webhook"
 
@@ -39,11 +51,21 @@ class WebhookSink:
         self,
         client: httpx.Client,
         *,
-        url: str,
+        url: str | None = None,
+        url_env: str | None = None,
         token_env: str | None = None,
         **options: Unpack[CallOptions],
     ) -> None:
         reject_unknown(type(self).__name__, options, CallOptions.__optional_keys__)
+        if (url is None) == (url_env is None):
+            raise SinkError(
+                "webhook: expected exactly one of url and url_env",
+                target=f"${url_env}" if url is None else redact_url(url),
+            )
+        self._url = url
+        self.url_env = url_env
+        if url is not None:
+            register_url(url)
         # A webhook answers fast or not at all: shorter waits than a model call's.
         settings = HttpSettings.of(
             options,
@@ -53,32 +75,37 @@ class WebhookSink:
         )
         problem = settings.problem()
         if problem is not None:
-            raise SinkError(f"webhook {url}: {problem}", target=url)
-        self._url = url
+            raise SinkError(f"webhook {self.target}: {problem}", target=self.target)
         self.token_env = token_env
         self._http = HttpCaller.of(client, settings, options)
         self._key_lookup = options.get("key_lookup", environment.api_key)
+        self._url_lookup = options.get("url_lookup", _webhook_url_from)
 
     def __repr__(self) -> str:
-        return f"WebhookSink(url={self._url!r}, token_env={self.token_env!r})"
+        return f"WebhookSink(target={self.target!r}, token_env={self.token_env!r})"
 
     @property
     def target(self) -> str:
-        return self._url
+        if self._url is None:
+            return f"${self.url_env}"
+        return redact_url(self._url)
 
     def deliver(self, payload: Mapping[str, Any]) -> None:
+        target = self.target
         try:
             token = self._key_lookup(self.token_env) if self.token_env else None
+            url = self._url if self._url is not None else self._url_lookup(str(self.url_env))
         except ConnectorError as exc:
             # The lookup names the variable, never its value.
-            raise SinkError(f"webhook {self._url}: {exc}", target=self._url) from exc
+            raise SinkError(f"webhook {target}: {exc}", target=target) from exc
+        if token is not None:
+            register_secret(token)
         try:
             body = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
         except (TypeError, ValueError) as exc:
             raise SinkError(
-                f"webhook {self._url}: expected a JSON-ready payload, got "
-                f"{type(exc).__name__}: {exc}",
-                target=self._url,
+                f"webhook {target}: expected a JSON-ready payload, got {type(exc).__name__}: {exc}",
+                target=target,
             ) from exc
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if token is not None:
@@ -86,28 +113,29 @@ class WebhookSink:
 
         def attempt(deadline: Deadline) -> None:
             self._http.post(
-                self._url,
+                url,
                 body=body,
                 headers=headers,
                 deadline=deadline,
                 handle=lambda response: self._check(response, deadline, token),
                 secret=token,
+                shown=target,
             )
 
         try:
-            self._http.run(self._url, attempt)
+            self._http.run(target, attempt)
         except ProviderError as exc:
             # Its message is already scrubbed of the token.
             raise SinkError(
-                f"webhook delivery failed: {exc}", target=self._url, retryable=exc.retryable
+                f"webhook delivery failed: {exc}", target=target, retryable=exc.retryable
             ) from exc
 
     def _check(self, response: httpx.Response, deadline: Deadline, token: str | None) -> None:
         if response.is_success:
             return
         try:
-            raw = self._http.read_capped(response, deadline, self._url)
+            raw = self._http.read_capped(response, deadline, self.target)
         except ProviderError as exc:
             # Too big or too slow to quote; the status still says what went wrong.
             raw = f"(body not quoted: {exc})".encode()
-        raise http_error(self._url, response, raw, token)
+        raise http_error(self.target, response, raw, token)
