@@ -9,7 +9,8 @@ processors, each ``(logger, method_name, event_dict) -> event_dict``:
 3. render exceptions to text (so the next step can scrub them),
 4. :func:`redact_secrets` (secret-named fields, and registered secret values in the
    encodings :func:`secret_pattern` lists),
-5. render: one JSON object per line, or structlog's readable console format.
+5. render: one JSON object per line, or structlog's readable console format (whose
+   values first go through :func:`terminal_safe`).
 
 Logs go to stderr: stdout belongs to command output (``--json``).
 """
@@ -32,6 +33,7 @@ from structlog.contextvars import bound_contextvars
 from structlog.typing import FilteringBoundLogger
 
 from salvagelane.errors import ConfigurationError
+from salvagelane.safe_text import UNSAFE, block, line
 
 __all__ = [
     "MIN_SECRET_LENGTH",
@@ -53,6 +55,7 @@ __all__ = [
     "scrub_text",
     "secret_field_name",
     "secret_pattern",
+    "terminal_safe",
     "url_secrets",
 ]
 
@@ -117,6 +120,7 @@ def configure_logging(
         structlog.processors.StackInfoRenderer(),
         structlog.processors.format_exc_info,
         redact_secrets,
+        *([] if as_json else [terminal_safe]),
         renderer,
     ]
     structlog.configure(
@@ -491,3 +495,26 @@ def _scrub(value: Any, pattern: SecretPattern | None) -> Any:
     if not pattern.search(text):
         return value
     return pattern.subn(text)[0]
+
+
+# --- The console -----------------------------------------------------------------------------
+
+_MULTI_LINE_FIELDS = frozenset({"exception", "stack"})
+
+
+def terminal_safe(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+    """Processor (console format only): no field reaches the terminal raw.
+
+    The console renderer prints the event, and a string field without spaces, as it is;
+    a field may carry a model's output or a provider's error. Such a value has its
+    control characters shown as escapes (:mod:`salvagelane.safe_text`), newlines too, so
+    it cannot forge a log line; a traceback keeps its lines. Values the renderer shows
+    by ``repr()`` are safe as they are, unless an object's own ``repr`` is not. JSON lines
+    need none of this: JSON escapes every control character.
+    """
+    for name, value in event_dict.items():
+        text = value if isinstance(value, str) else repr(value)
+        if UNSAFE.search(text) is None:
+            continue  # what an honest value prints is left exactly as it was
+        event_dict[name] = block(text) if name in _MULTI_LINE_FIELDS else line(text)
+    return event_dict

@@ -16,6 +16,7 @@ from salvagelane.errors import (
     OutdatedDatabaseError,
     SalvagelaneError,
 )
+from salvagelane.safe_text import one_line
 
 EXIT_OK = 0
 EXIT_INVALID = 1  # a definition is invalid, a run failed, a delivery failed
@@ -51,7 +52,8 @@ def cli(log_level: str, log_format: str | None) -> None:
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    click.echo(f"salvagelane: error: {message}", err=True)
+    # A message may quote a provider's error, a fixture or a file name: one safe line.
+    click.echo(f"salvagelane: error: {one_line(message)}", err=True)
     sys.exit(code)
 
 
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except click.exceptions.Abort:
         _fail("aborted", 130)
     except click.ClickException as exc:
-        _fail(exc.format_message().replace("\n", " "), EXIT_USAGE)
+        _fail(exc.format_message(), EXIT_USAGE)
     except (
         ConfigurationError,
         DatabaseUrlError,

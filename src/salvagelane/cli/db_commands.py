@@ -6,6 +6,7 @@ import click
 
 from salvagelane.cli.app import EXIT_INVALID, cli
 from salvagelane.cli.run_commands import database_option
+from salvagelane.safe_text import line
 
 
 @cli.group("db")
@@ -66,7 +67,7 @@ def db_recover_command(database: str | None) -> None:
     with Store.open(url) as store:
         recovery = recover(store, spool)
         where = store.url
-    click.echo(f"{where}: spool {spool.directory}")
+    click.echo(f"{line(where)}: spool {line(str(spool.directory))}")
     for done in recovery.files:
         if done.removed and done.entry is not None:
             size = (
@@ -74,15 +75,17 @@ def db_recover_command(database: str | None) -> None:
             )
             verb = "imported" if done.outcome is Imported.IMPORTED else "already stored, removed"
             click.echo(
-                f"  {verb}: attempt {done.entry.number} of run {done.entry.run_id} "
-                f"({size}) from {done.path.name}"
+                f"  {verb}: attempt {done.entry.number} of run {line(done.entry.run_id)} "
+                f"({size}) from {line(done.path.name)}"
             )
         elif done.other_database:
-            click.echo(f"  left for its database: {done.path.name}: {done.problem}")
+            click.echo(
+                f"  left for its database: {line(done.path.name)}: {line(str(done.problem))}"
+            )
         elif done.outcome in (Imported.IMPORTED, Imported.ALREADY_STORED):
-            click.echo(f"  stored, but the file stays: {done.problem}")
+            click.echo(f"  stored, but the file stays: {line(str(done.problem))}")
         else:
-            click.echo(f"  NOT imported, kept: {done.path}: {done.problem}")
+            click.echo(f"  NOT imported, kept: {line(str(done.path))}: {line(str(done.problem))}")
     stored = (Imported.IMPORTED, Imported.ALREADY_STORED)
     unremoved = sum(done.outcome in stored for done in recovery.failed)
     summary = (

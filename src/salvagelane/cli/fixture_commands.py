@@ -25,6 +25,7 @@ from salvagelane.fixtures import (
     discover,
     summarise,
 )
+from salvagelane.safe_text import line
 from salvagelane.tables import aligned
 
 PROGRESS_THRESHOLD = 5
@@ -83,20 +84,20 @@ def capture_command(
 
 def echo_captured(captured: CapturedFixture) -> None:
     """What ``fixture capture`` and ``quarantine export`` print about a written fixture."""
-    click.echo(f"fixture      {captured.path}")
-    click.echo(f"run          {captured.run_id}, attempt {captured.attempt}")
-    click.echo(f"instruction  {captured.meta.instruction}")
-    click.echo(f"finish       {captured.meta.finish_reason or '-'}")
+    click.echo(f"fixture      {line(str(captured.path))}")
+    click.echo(f"run          {line(captured.run_id)}, attempt {captured.attempt}")
+    click.echo(f"instruction  {line(str(captured.meta.instruction))}")
+    click.echo(f"finish       {line(captured.meta.finish_reason or '-')}")
     expected = captured.expected
     if expected is None:
         click.echo(
             f"expected     not recorded: the run stored no report of attempt {captured.attempt}; "
-            f"record today's outcome with: salvagelane replay {captured.path} --update"
+            f"record today's outcome with: salvagelane replay {line(str(captured.path))} --update"
         )
         return
-    reasons = ", ".join(str(q.reason) for q in expected.quarantined) or "none"
+    reasons = ", ".join(line(str(q.reason)) for q in expected.quarantined) or "none"
     click.echo(
-        f"expected     {expected.status}: {len(expected.items)} item(s) kept, "
+        f"expected     {line(str(expected.status))}: {len(expected.items)} item(s) kept, "
         f"{len(expected.quarantined)} quarantined ({reasons})"
     )
 
@@ -150,7 +151,7 @@ def replay_command(
 
 
 def _shown(directory: Path | None) -> str | None:
-    return None if directory is None else directory.name
+    return None if directory is None else line(directory.name)
 
 
 def render_replays(replays: Sequence[FixtureReplay], counts: dict[str, int]) -> str:
@@ -167,15 +168,16 @@ def render_replays(replays: Sequence[FixtureReplay], counts: dict[str, int]) -> 
     ]
     table = aligned([header, *rows])
     lines = [table[0]]
-    for line, replay in zip(table[1:], replays, strict=True):
-        lines.append(line)
-        lines.extend(f"    {difference.message}" for difference in replay.differences)
+    for row, replay in zip(table[1:], replays, strict=True):
+        lines.append(row)
+        # A fixture is data from elsewhere (a bug report): its values are quoted in these.
+        lines.extend(f"    {line(difference.message)}" for difference in replay.differences)
         if replay.error is not None:
-            lines.append(f"    {replay.error}")
+            lines.append(f"    {line(replay.error)}")
         if replay.verdict == "recorded":
             lines.append(f"    {EXPECTED_FILE} written")
         elif replay.verdict == "updated":
             lines.append(f"    {EXPECTED_FILE} rewritten with the outcome above")
     total = ", ".join(f"{n} {verdict}" for verdict, n in counts.items() if n)
     lines.append(f"{len(replays)} fixture(s): {total}")
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(shown.rstrip() for shown in lines)

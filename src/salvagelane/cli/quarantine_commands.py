@@ -24,7 +24,7 @@ import click
 from salvagelane.cli import render
 from salvagelane.cli.app import EXIT_INVALID, cli
 from salvagelane.cli.fixture_commands import destination_options, echo_captured
-from salvagelane.cli.render import one_line, to_json, when
+from salvagelane.cli.render import to_json, when
 from salvagelane.cli.run_commands import (
     database_option,
     instructions_option,
@@ -34,6 +34,7 @@ from salvagelane.cli.run_commands import (
 )
 from salvagelane.core.records import CorrectionSignal
 from salvagelane.fixtures import capture_run
+from salvagelane.safe_text import block, line, one_line
 from salvagelane.store.records import InputDigest
 from salvagelane.store.review import INPUT_HEAD_BYTES, REVIEW_STATUSES
 from salvagelane.tables import aligned
@@ -232,7 +233,7 @@ def quarantine_export_command(
         held = store.quarantine.get_quarantine(quarantine_id)
         captured = capture_run(store, held.run_id, held.attempt_number, to, force=force)
     echo_captured(captured)
-    click.echo(f"item         #{held.id}: {held.reason} at index {held.source_index}")
+    click.echo(f"item         #{held.id}: {line(held.reason)} at index {held.source_index}")
 
 
 @quarantine_group.command("approve")
@@ -318,7 +319,7 @@ def quarantine_approve_command(
         if used and used != definition.definition_sha256:
             click.echo(
                 f"note: checked against the current definition of {definition.id} "
-                f"({definition.definition_sha256[:12]}); the run used {str(used)[:12]}",
+                f"({definition.definition_sha256[:12]}); the run used {line(str(used)[:12])}",
                 err=True,
             )
         approval = store.quarantine.approve_quarantined(
@@ -342,9 +343,9 @@ def quarantine_approve_command(
         return
     click.echo(
         f"approved #{approval.quarantine_id}: added as item {approval.position + 1} of the "
-        f"report of run {approval.run_id[:8]}"
+        f"report of run {line(approval.run_id[:8])}"
     )
-    click.echo(f"run {approval.run_id[:8]}: {render.figures_line(approval.run)}")
+    click.echo(f"run {line(approval.run_id[:8])}: {render.figures_line(approval.run)}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -468,15 +469,16 @@ def _refused(quarantine_id: int, refusal: _Refusal, *, as_json: bool) -> None:
         }
         click.echo(json.dumps(document, indent=2, ensure_ascii=False))
         return
+    # The received value is the operator's text, often pasted from the model's output.
     lines = [
         f"approval of #{quarantine_id} refused by the guardrails (nothing changed):",
-        f"  reason    {refusal.reason}",
-        f"  path      {signal.path}",
-        f"  expected  {signal.expected}",
-        f"  received  {signal.received}",
+        f"  reason    {line(refusal.reason)}",
+        f"  path      {line(signal.path)}",
+        f"  expected  {line(signal.expected)}",
+        f"  received  {line(signal.received)}",
     ]
     if signal.detail:
-        lines.append(f"  detail    {signal.detail}")
+        lines.append(f"  detail    {line(signal.detail)}")
     click.echo("\n".join(lines), err=True)
 
 
@@ -495,7 +497,7 @@ def quarantine_reject_command(
         held = store.quarantine.reject_quarantined(
             quarantine_id, actor=_actor(by), note=note, now=datetime.now(UTC)
         )
-    click.echo(f"rejected #{held.id} ({held.reason}, run {held.run_id[:8]})")
+    click.echo(f"rejected #{held.id} ({line(held.reason)}, run {line(held.run_id[:8])})")
 
 
 @quarantine_group.command("note")
@@ -513,7 +515,7 @@ def quarantine_note_command(
         held = store.quarantine.note_quarantined(
             quarantine_id, actor=_actor(by), note=text, now=datetime.now(UTC)
         )
-    click.echo(f"noted #{held.id} [{held.review_status}]")
+    click.echo(f"noted #{held.id} [{line(held.review_status)}]")
 
 
 # --- renderings -------------------------------------------------------------------------------
@@ -559,30 +561,33 @@ def quarantine_detail(detail: QuarantineDetail) -> str:
         if detail.source_index is not None
         else "the whole output"
     )
-    finish = str(prov.get("finish_reason") or "-")
+    # Everything here was written by a model, a provider or a reviewer: each value goes
+    # through safe_text (line for one-line fields, block for the raw text and the repair).
+    finish = line(str(prov.get("finish_reason") or "-"))
     native = prov.get("native_finish_reason")
-    if native and native != finish:
-        finish += f" (provider: {native})"
+    if native and native != prov.get("finish_reason"):
+        finish += f" (provider: {line(str(native))})"
     lines = [
-        f"quarantined  #{detail.id}  {detail.reason}  [{detail.review_status}]",
-        f"instruction  {detail.instruction_id}  "
-        f"(definition {str(prov.get('definition_sha256') or '-')[:12]})",
-        f"run          {detail.run_id}  ({detail.run_status}), attempt {detail.attempt_number}",
-        f"model        {prov.get('model') or '-'}, finish {finish}",
-        f"schema       sha256 {str(prov.get('schema_sha256') or '-')[:12]}",
+        f"quarantined  #{detail.id}  {line(detail.reason)}  [{line(detail.review_status)}]",
+        f"instruction  {line(detail.instruction_id)}  "
+        f"(definition {line(str(prov.get('definition_sha256') or '-')[:12])})",
+        f"run          {line(detail.run_id)}  ({line(detail.run_status)}), "
+        f"attempt {detail.attempt_number}",
+        f"model        {line(str(prov.get('model') or '-'))}, finish {finish}",
+        f"schema       sha256 {line(str(prov.get('schema_sha256') or '-')[:12])}",
         f"item         {where}, span {detail.span_start}-{detail.span_end}, "
-        f"sha256 {(detail.sha256 or '-')[:12]}",
+        f"sha256 {line((detail.sha256 or '-')[:12])}",
         f"created      {when(detail.created_at)}",
         "",
-        f"error        {_message(detail.error)}",
+        f"error        {line(_message(detail.error))}",
     ]
     for key in ("code", "path", "expected", "received", "detail"):
         if isinstance(detail.error, dict) and detail.error.get(key):
-            lines.append(f"  {key:<10} {detail.error[key]}")
+            lines.append(f"  {key:<10} {line(str(detail.error[key]))}")
     lines.append("")
     if detail.raw_span is None:
         lines.append("raw output   not stored")
-        lines.append(f"snippet      {detail.snippet!r}")
+        lines.append(f"snippet      {line(repr(detail.snippet))}")
     else:
         before, after = detail.raw_before or "", detail.raw_after or ""
         start = (detail.span_start or 0) - len(before)
@@ -591,11 +596,13 @@ def quarantine_detail(detail: QuarantineDetail) -> str:
             f"raw output of attempt {detail.attempt_number}, chars {start}-{end} "
             f"(the item between {SPAN_OPEN} and {SPAN_CLOSE}):"
         )
-        lines.append(f"{before}{SPAN_OPEN}{detail.raw_span}{SPAN_CLOSE}{after}")
+        lines.append(
+            f"{block(before)}{SPAN_OPEN}{block(detail.raw_span)}{SPAN_CLOSE}{block(after)}"
+        )
     lines.append("")
     if detail.repaired is not None:
         lines.append("repaired candidate (for review; never accepted on its own):")
-        lines.append(json.dumps(detail.repaired, indent=2, ensure_ascii=False))
+        lines.append(block(json.dumps(detail.repaired, indent=2, ensure_ascii=False)))
     else:
         lines.append("repaired candidate: none")
     lines.append("")
@@ -603,18 +610,18 @@ def quarantine_detail(detail: QuarantineDetail) -> str:
         lines.append("report       none: the run stored no report (an approval is refused)")
     else:
         lines.append(f"report       {detail.report_items} items")
-    review = f"review       {detail.review_status}"
+    review = f"review       {line(detail.review_status)}"
     if detail.reviewed_by:
-        review += f" by {detail.reviewed_by} at {when(detail.reviewed_at)}"
+        review += f" by {line(detail.reviewed_by)} at {when(detail.reviewed_at)}"
     lines.append(review)
     if detail.review_note:
-        lines.append(f"note         {detail.review_note}")
+        lines.append(f"note         {line(detail.review_note)}")
     lines.append(f"audit trail ({len(detail.reviews)})")
     for entry in detail.reviews:
-        line = f"  {when(entry.at)}  {entry.action:<15} by {entry.actor}"
+        shown = f"  {when(entry.at)}  {line(entry.action):<15} by {line(entry.actor)}"
         if entry.note:
-            line += f": {one_line(entry.note, _ERROR_WIDTH)}"
-        lines.append(line)
+            shown += f": {one_line(entry.note, _ERROR_WIDTH)}"
+        lines.append(shown)
         if entry.error:
             lines.append(f"      {one_line(_message(entry.error), 100)}")
     return "\n".join(lines)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from salvagelane.delivery import Redelivery
 from salvagelane.errors import NotFoundError
+from salvagelane.safe_text import line, one_line
 from salvagelane.sinks import DeliveryOutcome
 from salvagelane.store import AttemptView, RunDetail, RunSummary, SinkDeliveryView
 from salvagelane.tables import aligned
@@ -37,25 +37,7 @@ def when(moment: datetime | None) -> str:
 
 
 def _by_reason(counts: Mapping[str, int]) -> str:
-    return ", ".join(f"{reason} {n}" for reason, n in counts.items())
-
-
-# C0 and C1 controls (ESC starts every terminal escape sequence), and the invisible
-# characters that reorder what follows them (bidirectional overrides and isolates).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def _escaped(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def one_line(text: str, width: int) -> str:
-    """Untrusted ``text`` (model output, a server's error body) fit for one terminal line:
-    whitespace runs as one space, control and direction characters shown as escapes
-    (``\\x1b``), at most ``width`` characters."""
-    flat = _UNSAFE.sub(_escaped, " ".join(text.split()))
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    return ", ".join(f"{line(reason)} {n}" for reason, n in counts.items())
 
 
 _CUT = {
@@ -71,7 +53,7 @@ def status_notes(run: RunSummary) -> list[str]:
     passed off as the model's, even in an ``ok`` report)."""
     notes = []
     if run.output_cut:
-        cut = ", ".join(_CUT.get(c, c) for c in run.output_cut)
+        cut = ", ".join(_CUT.get(c) or line(c) for c in run.output_cut)
         notes.append(f"the model's output was cut off ({cut}): no review makes it ok")
     if run.operator_approved:
         notes.append(f"{_items(run.operator_approved)} approved by an operator (origin operator)")
@@ -88,7 +70,7 @@ def figures_line(run: RunSummary) -> str:
     detail = f" ({_by_reason(run.quarantined_by_reason)})" if held else ""
     notes = "".join(f"; {note}" for note in status_notes(run))
     return (
-        f"{run.status}, kept {run.kept_count} of {run.candidates} candidates, "
+        f"{line(run.status)}, kept {run.kept_count} of {run.candidates} candidates, "
         f"quarantined {held}{detail}{notes}"
     )
 
@@ -130,28 +112,28 @@ def run_outcome(
     quarantined = detail.quarantined_count
     reasons = f" ({_by_reason(detail.quarantined_by_reason)})" if quarantined else ""
     lines = [
-        f"run          {detail.id}  ({detail.instruction_id})",
-        f"status       {detail.status}",
+        f"run          {line(detail.id)}  ({line(detail.instruction_id)})",
+        f"status       {line(detail.status)}",
         f"kept         {detail.kept_count} of {detail.candidates} candidates",
         f"quarantined  {quarantined}{reasons}",
     ]
     if detail.finish_reason is not None:
         native = detail.native_finish_reason
         lines.append(
-            f"finish       {detail.finish_reason}"
-            + (f" (provider: {native})" if native and native != detail.finish_reason else "")
+            f"finish       {line(detail.finish_reason)}"
+            + (f" (provider: {line(native)})" if native and native != detail.finish_reason else "")
         )
     best = _best_attempt(detail)
     lines.append(
         f"attempts     {len(detail.attempts)}" + (f", report from attempt {best}" if best else "")
     )
     if detail.error:
-        lines.append(f"error        {detail.error}")
+        lines.append(f"error        {line(detail.error)}")
     for delivery in deliveries:
         state = "delivered" if delivery.ok else f"FAILED: {one_line(delivery.error or '', 200)}"
-        lines.append(f"sink         {delivery.kind} {delivery.target}: {state}")
-    lines.append(f"database     {database}")
-    lines.append(f"details      salvagelane runs show {detail.id[:8]}")
+        lines.append(f"sink         {line(delivery.kind)} {line(delivery.target)}: {state}")
+    lines.append(f"database     {line(database)}")
+    lines.append(f"details      salvagelane runs show {line(detail.id[:8])}")
     return "\n".join(lines)
 
 
@@ -192,32 +174,34 @@ def runs_table(runs: Sequence[RunSummary]) -> str:
 
 def run_detail(detail: RunDetail) -> str:
     """``runs show``: the run, its attempts, its report and its quarantine."""
+    definition = line(detail.definition_sha256[:12])
     lines = [
-        f"run          {detail.id}",
-        f"instruction  {detail.instruction_id}  (definition {detail.definition_sha256[:12]})",
-        f"trigger      {detail.trigger}"
+        f"run          {line(detail.id)}",
+        f"instruction  {line(detail.instruction_id)}  (definition {definition})",
+        f"trigger      {line(detail.trigger)}"
         + (f", scheduled for {when(detail.scheduled_for)}" if detail.scheduled_for else "")
-        + (f", retry of {detail.retry_of}" if detail.retry_of else ""),
-        f"status       {detail.status}",
+        + (f", retry of {line(detail.retry_of)}" if detail.retry_of else ""),
+        f"status       {line(detail.status)}",
         *(f"             {note}" for note in status_notes(detail)),
         f"started      {when(detail.started_at)}",
         f"finished     {when(detail.finished_at)}",
     ]
     if detail.error:
-        lines.append(f"error        {detail.error}")
+        lines.append(f"error        {line(detail.error)}")
     lines.append("")
     lines.append(f"attempts ({len(detail.attempts)})")
     for attempt in detail.attempts:
         size = "no output" if attempt.raw_output is None else f"{len(attempt.raw_output)} chars"
-        finish = attempt.finish_reason or "-"
-        if attempt.native_finish_reason and attempt.native_finish_reason != finish:
-            finish += f" (provider: {attempt.native_finish_reason})"
+        finish = line(attempt.finish_reason or "-")
+        if attempt.native_finish_reason and attempt.native_finish_reason != attempt.finish_reason:
+            finish += f" (provider: {line(attempt.native_finish_reason)})"
         if attempt.http_status is not None:
             status = f"HTTP {attempt.http_status}"
         else:
             status = "no HTTP response" if attempt.provider_error else "replayed"
         lines.append(
-            f"  #{attempt.number}  {size}, finish {finish}, {status}, model {attempt.model or '-'}"
+            f"  #{attempt.number}  {size}, finish {finish}, {status}, "
+            f"model {line(attempt.model or '-')}"
         )
         if clipped := clipped_note(attempt):
             lines.append(f"      {clipped}")
@@ -238,7 +222,7 @@ def run_detail(detail: RunDetail) -> str:
             else ""
         )
         lines.append(
-            f"report       {report.status}: "
+            f"report       {line(report.status)}: "
             f"{detail.kept_count} of {detail.candidates} candidates kept{approved}, "
             f"{detail.quarantined_count} quarantined; "
             f"document {'valid' if report.document_valid else 'not valid'} JSON"
@@ -246,12 +230,12 @@ def run_detail(detail: RunDetail) -> str:
         )
         for name, value in report.envelope.items():
             lines.append(
-                f"  {name}: {one_line(json.dumps(value, ensure_ascii=False), _ITEM_WIDTH)}"
+                f"  {line(name)}: {one_line(json.dumps(value, ensure_ascii=False), _ITEM_WIDTH)}"
             )
         lines.append(f"items ({len(report.items)})")
         for item in report.items:
             text = json.dumps(item.data, ensure_ascii=False, separators=(", ", ": "))
-            origin = "" if item.origin == "model" else f" [{item.origin}]"
+            origin = "" if item.origin == "model" else f" [{line(item.origin)}]"
             lines.append(f"  {item.position + 1}. {one_line(text, _ITEM_WIDTH)}{origin}")
     lines.append("")
     lines.append(
@@ -261,19 +245,20 @@ def run_detail(detail: RunDetail) -> str:
         where = f"item {held.source_index}" if held.source_index is not None else "output"
         message = held.error.get("message") or held.error
         lines.append(
-            f"  #{held.id} {where} of attempt {held.attempt_number}: {held.reason} "
-            f"[{held.review_status}]"
+            f"  #{held.id} {where} of attempt {held.attempt_number}: {line(held.reason)} "
+            f"[{line(held.review_status)}]"
         )
         lines.append(f"      {one_line(str(message), _ITEM_WIDTH)}")
         lines.append(
-            f"      span {held.span_start}-{held.span_end}, sha256 {(held.sha256 or '-')[:12]}: "
+            f"      span {held.span_start}-{held.span_end}, "
+            f"sha256 {line((held.sha256 or '-')[:12])}: "
             f"{one_line(held.snippet or '', _SNIPPET_WIDTH)!r}"
         )
     if detail.deliveries:
         lines.append("")
-        lines.append(f"deliveries ({len(detail.deliveries)}): {detail.sink_status}")
+        lines.append(f"deliveries ({len(detail.deliveries)}): {line(str(detail.sink_status))}")
         for delivery in detail.deliveries:
-            lines.append(f"  #{delivery.id} {delivery.kind} {delivery.target}")
+            lines.append(f"  #{delivery.id} {line(delivery.kind)} {line(delivery.target)}")
             lines.append(f"      {_delivery_state(delivery)}")
             if delivery.error:
                 lines.append(f"      {one_line(delivery.error, _ITEM_WIDTH)}")
@@ -286,7 +271,7 @@ def clipped_note(attempt: AttemptView) -> str | None:
         return None
     return (
         f"output clipped: first {attempt.stored_length:,} of {attempt.raw_length:,} bytes "
-        f"stored (over max_output_bytes), sha256 {attempt.raw_sha256}"
+        f"stored (over max_output_bytes), sha256 {line(str(attempt.raw_sha256))}"
     )
 
 
@@ -304,7 +289,7 @@ def _delivery_state(delivery: SinkDeliveryView) -> str:
         # another process takes it over.
         state = f"pending since {when(delivery.attempted_at)} ({tries})"
     else:
-        state = f"{delivery.status} on {tries} at {when(delivery.attempted_at)}"
+        state = f"{line(delivery.status)} on {tries} at {when(delivery.attempted_at)}"
     if delivery.status != "delivered":
         state += (
             f", next attempt {when(delivery.next_attempt_at)}"
@@ -317,7 +302,7 @@ def _delivery_state(delivery: SinkDeliveryView) -> str:
 def delivery_line(delivery: DeliveryOutcome) -> str:
     """``runs redeliver RUN_ID``: how delivering to one sink went."""
     state = "delivered" if delivery.ok else f"failed: {one_line(delivery.error or '', 200)}"
-    return f"{delivery.kind:<10} {delivery.target}  {state}"
+    return f"{line(delivery.kind):<10} {line(delivery.target)}  {state}"
 
 
 def redelivery_line(result: Redelivery) -> str:
@@ -328,7 +313,7 @@ def redelivery_line(result: Redelivery) -> str:
     elif delivery.status == "delivered":
         state = f"delivered on attempt {delivery.attempts}"
     else:
-        state = f"{delivery.status} on attempt {delivery.attempts}"
+        state = f"{line(delivery.status)} on attempt {delivery.attempts}"
         state += (
             f", next attempt {when(delivery.next_attempt_at)}"
             if delivery.next_attempt_at is not None
@@ -336,7 +321,8 @@ def redelivery_line(result: Redelivery) -> str:
         )
         if delivery.error:
             state += f": {one_line(delivery.error, 200)}"
-    return f"{delivery.run_id[:8]}  {delivery.kind:<10} {delivery.target}  {state}"
+    kind, target = line(delivery.kind), line(delivery.target)
+    return f"{line(delivery.run_id[:8])}  {kind:<10} {target}  {state}"
 
 
 def redelivery_summary(*, tried: int, delivered: int) -> str:

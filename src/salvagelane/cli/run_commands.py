@@ -15,6 +15,7 @@ import click
 from salvagelane.cli import render
 from salvagelane.cli.app import EXIT_INVALID, cli
 from salvagelane.errors import NotFoundError, SalvagelaneError
+from salvagelane.safe_text import block, line
 
 if TYPE_CHECKING:  # imported lazily at run time: `salvage` and `check` never need them
     import httpx
@@ -250,9 +251,9 @@ def _report_duplicate(
         }
         click.echo(json.dumps(document, indent=2, ensure_ascii=False))
         return
-    shown = ", ".join(f"{run['run_id'][:8]} ({run['status']})" for run in runs) or "-"
+    shown = ", ".join(f"{line(run['run_id'][:8])} ({line(run['status'])})" for run in runs) or "-"
     click.echo(
-        f"already claimed: the {exc.instruction_id} fire of {exc.scheduled_for.isoformat()} "
+        f"already claimed: the {line(exc.instruction_id)} fire of {exc.scheduled_for.isoformat()} "
         f"has a run ({shown}); nothing to do"
     )
 
@@ -306,6 +307,17 @@ def runs_show_command(
         )
         if clipped:
             click.echo(f"salvagelane: warning: attempt {raw_attempt}: {clipped}", err=True)
+        if sys.stdout.isatty():
+            # "Exactly as stored" is for a file or a tool; a terminal would act on what
+            # the model put there (clipboard writes, a cleared screen, a new title).
+            click.echo(
+                f"salvagelane: note: attempt {raw_attempt}: control characters shown as "
+                "escapes at a terminal; redirect stdout for the exact bytes",
+                err=True,
+            )
+            shown = block(text)
+            click.echo(shown, nl=not shown.endswith("\n"))
+            return
         # The stored bytes themselves, whatever the terminal's encoding: a clipped output
         # may end inside a character, and a model's bytes need not be UTF-8 at all.
         from salvagelane.store.repository import encode_raw

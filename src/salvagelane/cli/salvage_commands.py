@@ -24,6 +24,7 @@ from salvagelane.errors import (
     ItemsPathError,
 )
 from salvagelane.loading import load_allow_list, load_item_schema, read_raw
+from salvagelane.safe_text import line, one_line
 
 if TYPE_CHECKING:  # imported lazily at run time: Jinja2 is slow to import
     from salvagelane.definitions import ContextSource
@@ -209,9 +210,9 @@ def check_command(directory: Path, resolve: bool) -> None:
             duplicate_id_check(checked.instruction, seen)
         except DefinitionError as exc:
             invalid += 1
-            click.echo("error  " + " ".join(str(exc).split()))
+            click.echo("error  " + one_line(str(exc)))
             continue
-        click.echo(f"ok  {checked.instruction.id}  ({path})")
+        click.echo(f"ok  {line(checked.instruction.id)}  ({line(str(path))})")
         if checked.not_run:
             names = _callables(checked.not_run)
             them = "them" if len(checked.not_run) > 1 else "it"
@@ -226,7 +227,7 @@ def check_command(directory: Path, resolve: bool) -> None:
                 + f" (check --resolve imports and runs {them})"
             )
         if checked.ran:
-            click.echo(f"  ran: {_callables(checked.ran)}")
+            click.echo(f"  ran: {line(_callables(checked.ran))}")
     if invalid:
         raise click.exceptions.Exit(EXIT_INVALID)
 
@@ -242,8 +243,8 @@ def _callables(sources: Sequence[ContextSource]) -> str:
 
 def _run_batch(policy: SalvagePolicy) -> None:
     out = sys.stdout
-    for number, line in enumerate(sys.stdin.buffer, start=1):
-        text = line.decode("utf-8", "surrogateescape").strip()
+    for number, given in enumerate(sys.stdin.buffer, start=1):
+        text = given.decode("utf-8", "surrogateescape").strip()
         if not text:
             continue
         record: Any
@@ -263,30 +264,32 @@ def _run_batch(policy: SalvagePolicy) -> None:
 
 
 def render_summary(result: SalvageResult) -> str:
-    """A few lines a person can read at a terminal."""
+    """A few lines a person can read at a terminal; what came from the model (envelope
+    keys, messages quoting its values) shown through safe_text."""
     counts = result.counts()
-    by_reason = ", ".join(f"{k}: {v}" for k, v in counts["by_reason"].items()) or "none"
+    by_reason = ", ".join(f"{line(k)}: {v}" for k, v in counts["by_reason"].items()) or "none"
     flags = [
         "document is valid JSON" if result.document_valid else "document is not valid JSON",
         "output truncated" if result.truncated else "output complete",
-        f"finish reason: {result.finish_reason or 'not given'}",
+        f"finish reason: {line(result.finish_reason or 'not given')}",
     ]
+    envelope = ", ".join(line(key) for key in result.envelope)
     lines = [
-        f"status       {result.status}",
+        f"status       {line(result.status)}",
         f"output       {'; '.join(flags)}",
-        f"envelope     {', '.join(result.envelope) or 'nothing recovered'}",
+        f"envelope     {envelope or 'nothing recovered'}",
         f"accepted     {counts['accepted']} of {counts['candidates']} candidates",
         f"quarantined  {counts['quarantined']} ({by_reason})",
     ]
     for item in result.quarantined:
         where = f"item {item.index}" if item.index is not None else "output"
-        lines.append(f"  {where}: {item.message}")
+        lines.append(f"  {where}: {line(item.message)}")
         lines.append(
-            f"    span {item.span.start}-{item.span.end}, sha256 {item.sha256[:12]}"
+            f"    span {item.span.start}-{item.span.end}, sha256 {line(item.sha256[:12])}"
             + (", best-effort repair attached (not accepted)" if item.has_repair else "")
         )
     for issue in result.envelope_issues:
-        lines.append(f"  envelope {issue.path}: {issue.problem}")
+        lines.append(f"  envelope {line(issue.path)}: {line(issue.problem)}")
     if result.notes:
-        lines.append("notes        " + "; ".join(result.notes))
+        lines.append("notes        " + "; ".join(line(note) for note in result.notes))
     return "\n".join(lines)

@@ -12,6 +12,7 @@ import click
 
 from salvagelane.cli.app import cli
 from salvagelane.cli.run_commands import database_option, instructions_option, recover_spooled
+from salvagelane.safe_text import block
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -109,8 +110,8 @@ def serve_command(
         raise click.UsageError(f"serve: {problem}")
     definition_files(instructions_dir)  # ConfigurationError when the directory is missing
 
-    def announce(line: str) -> None:
-        click.echo(line)
+    def announce(text: str) -> None:
+        click.echo(block(text))  # may quote a definition's file or a database error
         sys.stdout.flush()  # a pipe (a supervisor, a test) sees each line as it happens
 
     with Store.open(url) as store, httpx.Client() as client:
