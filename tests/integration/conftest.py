@@ -11,32 +11,15 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from _postgres import PostgresDatabase
 
 from salvagelane.store import database_url as normalise_url
 
 POSTGRES_ENV = "SALVAGELANE_TEST_POSTGRES_URL"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PostgresDatabase:
-    """The session's own database on the shared server."""
-
-    url: str
-
-    def reset(self) -> None:
-        """Drop every table (and the migration stamp) left by the previous test."""
-        engine = sa.create_engine(self.url, isolation_level="AUTOCOMMIT")
-        try:
-            with engine.connect() as connection:
-                connection.exec_driver_sql("DROP SCHEMA public CASCADE")
-                connection.exec_driver_sql("CREATE SCHEMA public")
-        finally:
-            engine.dispose()
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from _cli import FIXTURE, ROOT, salvagelane, upgraded
+from _postgres import PostgresDatabase
 
-from conftest import PostgresDatabase
 from salvagelane.store import head_revision
 
 

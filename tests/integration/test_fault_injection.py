@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from _faults import run_campaign
+from _postgres import PostgresDatabase
 
-from conftest import PostgresDatabase
 from salvagelane.store import upgrade
 
 CYCLES = int(os.environ.get("SALVAGELANE_FAULT_CYCLES", "6"))

@@ -26,11 +26,11 @@ import pytest
 import sqlalchemy as sa
 import structlog
 from _cli import FIXTURE, ROOT
+from _postgres import PostgresDatabase
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import PostgresDatabase
 from salvagelane.cli import cli
 from salvagelane.store import Store, upgrade
 from salvagelane.store import database_url as normalise_url

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from _cli import salvagelane
+from _postgres import PostgresDatabase
 from _serve_process import (
     GOOD_REPORT,
     HANG,
@@ -33,7 +34,6 @@ from _serve_process import (
     wait_for_runs,
 )
 
-from conftest import PostgresDatabase
 from salvagelane.store import Store, upgrade
 from salvagelane.store.records import RunSummary
 

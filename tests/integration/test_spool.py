@@ -343,7 +343,7 @@ def test_an_import_that_fails_or_dies_after_its_commit_leaves_the_file_and_impor
 def test_postgres_refusing_an_attempt_spools_it_and_a_killed_import_is_retried_once(
     tmp_path: Path, provider: ScriptedServer, request: pytest.FixtureRequest
 ) -> None:
-    from conftest import PostgresDatabase
+    from _postgres import PostgresDatabase
 
     postgres: PostgresDatabase = request.getfixturevalue("postgres_database")
     postgres.reset()
