@@ -260,7 +260,7 @@ class Service:
         self.abandoned_runs: tuple[str, ...] = ()
         """Runs still executing when the node stopped (marked interrupted)."""
         self._redelivery: threading.Thread | None = None
-        self.unfinished_fires = 0
+        self.unfinished_threads = 0
         """Fire or delivery threads still working when the node stopped (they may still
         use the HTTP client: the process should exit without closing it under them)."""
 
@@ -414,7 +414,7 @@ class Service:
                     log.warning("run.interrupted", reason="shutdown timeout")
         self.abandoned_runs = tuple(sorted(abandoned))
         with self._guard:
-            self.unfinished_fires = self._active_fires + int(
+            self.unfinished_threads = self._active_fires + int(
                 redelivery is not None and redelivery.is_alive()
             )
         if not lost:

@@ -145,13 +145,12 @@ def serve_command(
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         abandoned = service.abandoned_runs
-        if abandoned or service.unfinished_fires:
-            if abandoned:
-                announce(
-                    f"stopped; {len(abandoned)} run(s) marked interrupted: {', '.join(abandoned)}"
-                )
-            else:
-                announce("stopped")
+        if abandoned or service.unfinished_threads:
+            announce(
+                f"stopped; {len(abandoned)} run(s) marked interrupted: {', '.join(abandoned)}"
+                if abandoned
+                else "stopped"
+            )
             # Their worker threads are still inside a call that cannot be cancelled; the
             # runs are recorded. Leave without waiting for the threads, and before the
             # HTTP client closes under them (they would record a bogus crash).
