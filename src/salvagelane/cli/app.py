@@ -7,7 +7,6 @@ from typing import NoReturn
 
 import click
 
-from salvagelane import __version__
 from salvagelane.errors import (
     ConfigurationError,
     DatabaseUrlError,
@@ -23,8 +22,26 @@ EXIT_INVALID = 1  # a definition is invalid, a run failed, a delivery failed
 EXIT_USAGE = 2  # something the user must fix: options, files, unknown ids
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    # Not click.version_option(__version__): that reads the package metadata (tens of
+    # milliseconds for importlib.metadata) at import, for every command; this only for --version.
+    if not value or ctx.resilient_parsing:
+        return
+    import salvagelane
+
+    click.echo(f"salvagelane, version {salvagelane.__version__}")
+    ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="salvagelane")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 @click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
