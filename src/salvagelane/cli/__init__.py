@@ -5,6 +5,7 @@ from __future__ import annotations
 from salvagelane.cli import (
     db_commands,
     fixture_commands,
+    init_commands,
     quarantine_commands,
     run_commands,
     salvage_commands,
@@ -17,6 +18,7 @@ __all__ = [
     "cli",
     "db_commands",
     "fixture_commands",
+    "init_commands",
     "main",
     "quarantine_commands",
     "run_commands",
