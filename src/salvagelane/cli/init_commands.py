@@ -6,13 +6,11 @@ from pathlib import Path
 
 import click
 
-from salvagelane.cli.app import cli
-
 FIXTURE = "fixtures/daily-triage-truncated"
 """The recorded output the quick start replays, relative to the project."""
 
 
-@cli.command("init")
+@click.command("init")
 @click.argument(
     "directory",
     default=".",

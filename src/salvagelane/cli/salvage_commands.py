@@ -10,27 +10,22 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from salvagelane.cli.app import EXIT_INVALID, cli
-from salvagelane.core import (
-    Guardrails,
-    SalvagePolicy,
-    SalvageResult,
-    parse_items_path,
-    salvage,
-)
+from salvagelane.cli.app import EXIT_INVALID
 from salvagelane.errors import (
     ConfigurationError,
     DefinitionError,
     ItemsPathError,
 )
-from salvagelane.loading import load_allow_list, load_item_schema, read_raw
 from salvagelane.safe_text import line, one_line
 
-if TYPE_CHECKING:  # imported lazily at run time: Jinja2 is slow to import
+if TYPE_CHECKING:  # imported when a command runs: `--help` must not pay for jsonschema, Jinja2
+    from salvagelane.core import SalvagePolicy, SalvageResult
     from salvagelane.definitions import ContextSource
 
 
 def _parse_allow(values: tuple[str, ...]) -> dict[str, frozenset[str]]:
+    from salvagelane.loading import load_allow_list
+
     lists: dict[str, frozenset[str]] = {}
     for spec in values:
         field_name, sep, file_name = spec.partition("=")
@@ -41,6 +36,8 @@ def _parse_allow(values: tuple[str, ...]) -> dict[str, frozenset[str]]:
 
 
 def _items_path(dotted: str) -> tuple[str, ...]:
+    from salvagelane.core import parse_items_path
+
     path = parse_items_path(dotted)
     if any(not part for part in path):
         raise ItemsPathError(
@@ -49,7 +46,7 @@ def _items_path(dotted: str) -> tuple[str, ...]:
     return path
 
 
-@cli.command("salvage")
+@click.command("salvage")
 @click.argument(
     "file", required=False, type=click.Path(dir_okay=False, path_type=Path, allow_dash=True)
 )
@@ -138,6 +135,9 @@ def salvage_command(
     Exit 0 whenever input was processed, partial or not; 2 for unusable options,
     schema or allow-list files.
     """
+    from salvagelane.core import Guardrails, SalvagePolicy, salvage
+    from salvagelane.loading import load_item_schema, read_raw
+
     if batch and file is not None:
         raise ConfigurationError("--batch reads stdin: do not give FILE as well")
     policy = SalvagePolicy(
@@ -167,7 +167,7 @@ def salvage_command(
         click.echo(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
-@cli.command("check")
+@click.command("check")
 @click.argument(
     "directory",
     required=False,
@@ -242,6 +242,8 @@ def _callables(sources: Sequence[ContextSource]) -> str:
 
 
 def _run_batch(policy: SalvagePolicy) -> None:
+    from salvagelane.core import salvage
+
     out = sys.stdout
     for number, given in enumerate(sys.stdin.buffer, start=1):
         text = given.decode("utf-8", "surrogateescape").strip()
