@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -149,3 +150,30 @@ def test_readme_library_example_prints_what_the_readme_shows(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     assert done.stdout == shown
     assert done.stdout.startswith("partial 7 kept,")
+
+
+def test_init_loads_no_heavy_library(tmp_path: Path) -> None:
+    # init copies files: it must start as fast as --help (no store, no schema validator).
+    probe = (
+        "import json, sys\n"
+        "from salvagelane.cli import main\n"
+        "try:\n"
+        "    main(['init', 'demo'])\n"
+        "except SystemExit as exc:\n"
+        "    assert exc.code in (0, None), exc.code\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout.splitlines()[-1]))
+    heavy = {"sqlalchemy", "alembic", "psycopg", "httpx", "apscheduler", "jsonschema", "jinja2"}
+    assert not loaded & heavy, sorted(loaded & heavy)
+    assert _files(tmp_path / "demo") == EXAMPLE
