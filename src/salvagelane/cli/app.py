@@ -28,6 +28,7 @@ COMMANDS: Mapping[str, str] = {
     "check": "salvagelane.cli.salvage_commands:check_command",
     "db": "salvagelane.cli.db_commands:db_group",
     "fixture": "salvagelane.cli.fixture_commands:fixture_group",
+    "init": "salvagelane.cli.init_commands:init_command",
     "quarantine": "salvagelane.cli.quarantine_commands:quarantine_group",
     "replay": "salvagelane.cli.fixture_commands:replay_command",
     "run": "salvagelane.cli.run_commands:run_command",
