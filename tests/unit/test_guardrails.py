@@ -526,15 +526,43 @@ def test_first_failure_wins(c: GuardCase) -> None:
             '[{"candidate":"evil"}]',
             {"allow_lists": OK_LIST},
             False,
-            ("not_allowed", "$.candidate", "one of the 1 allowed values (ok)", '"evil"'),
+            ("not_allowed", "$.candidate", "one of the 1 allowed values (\"ok\")", '"evil"'),
             id="allow-list",
         ),
         pytest.param(
             '[{"candidate":["ok","evil"]}]',
             {"allow_lists": OK_LIST},
             False,
-            ("not_allowed", "$.candidate[1]", "one of the 1 allowed values (ok)", '"evil"'),
+            ("not_allowed", "$.candidate[1]", "one of the 1 allowed values (\"ok\")", '"evil"'),
             id="allow-list-array-position",
+        ),
+        # Issue 13: the number 2 against the string "2" read "expected one of the 2
+        # allowed values (2, a), received 2".
+        pytest.param(
+            '[{"candidate":2}]',
+            {"allow_lists": {"candidate": frozenset({"2", "a"})}},
+            False,
+            ("not_allowed", "$.candidate", 'one of the 2 allowed values ("2", "a")', "2 (a number)"),
+            id="allow-list-number-for-a-string",
+        ),
+        pytest.param(
+            '[{"candidate":["a",true]}]',
+            {"allow_lists": {"candidate": frozenset({"true", "a"})}},
+            False,
+            (
+                "not_allowed",
+                "$.candidate[1]",
+                'one of the 2 allowed values ("a", "true")',
+                "true (a boolean)",
+            ),
+            id="allow-list-boolean-for-a-string",
+        ),
+        pytest.param(
+            '[{"candidate":null}]',
+            {"allow_lists": {"candidate": frozenset({"null"})}},
+            False,
+            ("not_allowed", "$.candidate", 'one of the 1 allowed values ("null")', "null (JSON null)"),
+            id="allow-list-null-for-a-string",
         ),
         pytest.param(
             '[{"rank":1},{"rank":2}]',
