@@ -134,6 +134,32 @@ def test_batch_writes_one_line_per_input_line_in_order() -> None:
     assert out[3]["status"] == "failed"
 
 
+def test_batch_summary_prints_a_line_per_input_line_and_the_totals() -> None:
+    """Issue 13: --batch --summary printed JSON lines, silently ignoring --summary."""
+    lines = [
+        {"raw": '{"items": [{"a": 1}, {"a": 2}]}', "finish_reason": "stop"},
+        {"raw": '{"items": [{"a": 1}, {"a": 2', "finish_reason": "max_tokens"},
+        "not an object",
+        {"raw": "nothing", "finish_reason": None},
+    ]
+    stdin = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    schema = ROOT / "tests" / "fixtures" / "schemas" / "any-object.schema.json"
+    proc = run_cli(
+        "salvage", "--schema", str(schema), "--items", "items", "--batch", "--summary", stdin=stdin
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.decode().splitlines() == [
+        "line 1     ok       accepted 2 of 2 candidates, quarantined 0",
+        "line 2     partial  accepted 1 of 2 candidates, quarantined 1 (truncated: 1); "
+        "output truncated; items array not closed",
+        'line 3     error    expected a JSON object {"raw": string, "finish_reason": string|null}',
+        "line 4     failed   accepted 0 of 0 candidates, quarantined 0; "
+        "items array 'items' not found",
+        "total      4 line(s): 1 ok, 1 partial, 1 failed, 1 unreadable; "
+        "accepted 3 of 4 candidates, quarantined 1 (truncated: 1)",
+    ]
+
+
 def test_bytes_that_are_not_utf8_are_named_as_bytes_with_their_offset(tmp_path: Path) -> None:
     """Issue 13: a Latin-1 0xE9 in model output read "lone surrogate U+DCE9" (the text is
     decoded with surrogateescape); input files said "not UTF-8 text (byte 6)"."""
