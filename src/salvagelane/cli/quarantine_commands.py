@@ -461,8 +461,10 @@ def _decoded(data: bytes, path: Path | None) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
+        from salvagelane.errors import not_utf8
+
         where = str(path) if path is not None else "the corrected item"
-        raise click.FileError(where, hint=f"not UTF-8 text: {exc}") from exc
+        raise click.FileError(where, hint=f"not UTF-8 text: {not_utf8(exc)}") from exc
 
 
 def _refused(quarantine_id: int, refusal: _Refusal, *, as_json: bool) -> None:
