@@ -290,7 +290,10 @@ class Service:
         found = load_definitions(self._settings.instructions_dir)
         self._report_problems(found)
         if not found.instructions:
-            raise ConfigurationError(
+            # Every file failed to load: a definition failure (exit 1, as for `run`); no
+            # file at all is a directory to fix (exit 2).
+            error = DefinitionError if found.problems else ConfigurationError
+            raise error(
                 f"{self._settings.instructions_dir}: no loadable instruction definition to "
                 "schedule (salvagelane check says what is wrong)"
             )

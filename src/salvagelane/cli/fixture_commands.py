@@ -77,7 +77,7 @@ def capture_command(
     model, where it came from; never the prompt or a key) and expected.json (the outcome
     the run stored). Replay it with: salvagelane replay DIR.
     """
-    with open_store(database) as store:
+    with open_store(database, read_only=True) as store:
         captured = capture_run(store, run_id, attempt, to, force=force)
     echo_captured(captured)
 
