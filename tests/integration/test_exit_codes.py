@@ -86,7 +86,9 @@ def make_project(root: Path, database: str, backend: str) -> Project:
     definition = root / "instructions" / "daily-triage.yaml"
     text = definition.read_text(encoding="utf-8")
     sink = f"\nsinks:\n  - kind: json_file\n    path: {root}/out/report.json\nretry:\n"
-    definition.write_text(text.replace("\nretry:\n", sink), encoding="utf-8")
+    # max_items 8: the truncated fixture's cut item can then be approved (7 are kept).
+    text = text.replace("max_items: 7", "max_items: 8").replace("\nretry:\n", sink)
+    definition.write_text(text, encoding="utf-8")
     fixtures = root / "fixtures"
     shutil.copytree(FIXTURE, fixtures / "truncated")
     (fixtures / "no-raw").mkdir()  # a directory without raw.txt
@@ -192,42 +194,50 @@ def run_plain(row: Row, project: Project, argv: list[str]) -> Result:
 
 def run_interrupted_at_prompt(row: Row, project: Project, argv: list[str]) -> Result:
     """Start the command, wait for its confirmation prompt, press Ctrl-C (SIGINT)."""
-    proc = subprocess.Popen(
+    err = bytearray()
+    prompted = threading.Event()
+    with subprocess.Popen(
         command(*argv),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=project.root,
         env=clean_env({"SALVAGELANE_DATABASE_URL": project.database}),
-    )
-    assert proc.stderr is not None
-    assert proc.stdout is not None
-    err = bytearray()
-    prompted = threading.Event()
-
-    def read() -> None:
+        # A test run started in the background inherits SIGINT ignored: Ctrl-C must count.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    ) as proc:
         assert proc.stderr is not None
-        while chunk := proc.stderr.read1(4096):  # type: ignore[attr-defined]
-            err.extend(chunk)
-            if b"[y/N]: " in err:
-                prompted.set()
-        prompted.set()
+        assert proc.stdout is not None
+        stderr = proc.stderr
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        assert prompted.wait(60), "no confirmation prompt"
-        proc.send_signal(signal.SIGINT)
-        out = proc.stdout.read()
-        code = proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-    reader.join(timeout=10)
-    assert proc.stdin is not None
-    proc.stdin.close()
+        def read() -> None:
+            while chunk := stderr.read1(4096):  # type: ignore[attr-defined]
+                err.extend(chunk)
+                if b"[y/N]: " in err:
+                    prompted.set()
+            prompted.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            assert prompted.wait(60), "no confirmation prompt"
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(timeout=60)
+            out = proc.stdout.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+            reader.join(timeout=10)
     return Result(code, out.decode(), err.decode())
+
+
+def finish(serve: ServeProcess) -> None:
+    """Kill ``serve`` if it still runs, and close its pipes."""
+    serve.kill()
+    for stream in (serve.proc.stdout, serve.proc.stderr):
+        if stream is not None:
+            stream.close()
 
 
 def run_beside_a_serve(row: Row, project: Project, argv: list[str]) -> Result:
@@ -245,7 +255,7 @@ def run_beside_a_serve(row: Row, project: Project, argv: list[str]) -> Result:
         assert first.proc.poll() is None, first.describe()
         assert first.stop(signal.SIGTERM, timeout=60) == 0, first.describe()
     finally:
-        first.kill()
+        finish(first)
     return result
 
 
@@ -260,7 +270,7 @@ def run_serve_until_started(row: Row, project: Project, argv: list[str]) -> Resu
         serve.wait_for_line(r"^salvagelane serve: ", timeout=60)
         code = serve.stop(signal.SIGTERM, timeout=60)
     finally:
-        serve.kill()
+        finish(serve)
     return Result(code, serve.stdout, "\n".join(serve.stderr_lines))
 
 
@@ -538,7 +548,7 @@ ROWS: list[Row] = [
         **SQLITE,
     ),
     row("runs redeliver", "runs redeliver {run}", code=0, out="json_file", changes=True),
-    row("runs redeliver --pending, nothing", "runs redeliver --pending", code=0, out="0 deliver"),
+    row("runs redeliver --pending", "runs redeliver --pending", code=0, out="nothing to deliver"),
     row(
         "runs redeliver to a sink that fails",
         "runs redeliver {run}",
@@ -555,6 +565,7 @@ ROWS: list[Row] = [
         "quarantine list --reason schema",
         code=0,
         out="no quarantined items with reason schema",
+        old='"no quarantined items match"',
     ),
     row(
         "quarantine list of an unknown reason",
@@ -722,7 +733,14 @@ ROWS: list[Row] = [
         err="no loadable instruction definition",
         old="exit 2 after printing its start-up banner",
     ),
-    row("serve, no definitions", "serve --instructions no-definitions", code=2, **SQLITE),
+    row(
+        "serve, no definitions",
+        "serve --instructions no-definitions",
+        code=2,
+        err="no-definitions: no instruction definition",
+        old="the serve lock file created first",
+        **SQLITE,
+    ),
     row("serve --poll 0", "serve --poll 0", code=2, err="--poll", **SQLITE),
     # --- a database in a directory this user cannot write
     row(
@@ -733,7 +751,14 @@ ROWS: list[Row] = [
         old='exit 1, "attempt to write a readonly database"',
         **RO_DIR,
     ),
-    row("db current, read-only directory", "db current", code=0, out="up to date", **RO_DIR),
+    row(
+        "db current, read-only directory",
+        "db current",
+        code=0,
+        out="up to date",
+        old="exit 1, attempt to write a readonly database",
+        **RO_DIR,
+    ),
     row(
         "a run creating a database in a read-only directory",
         f"{REPLAY} --database sqlite:///{{data}}/new.db",
@@ -747,6 +772,7 @@ ROWS: list[Row] = [
         "quarantine reject {item} --note noise",
         code=2,
         err=f"cannot write the database {{data}}/salvagelane.db: {UNWRITABLE}",
+        old='exit 1, "attempt to write a readonly database"',
         **RO_DIR,
     ),
 ]
@@ -819,7 +845,11 @@ def test_exit_code(
 def _commands(
     group: click.Group, path: tuple[str, ...] = ()
 ) -> Iterator[tuple[tuple[str, ...], bool]]:
-    for name, sub in sorted(group.commands.items()):
+    # list_commands/get_command, not .commands: a lazy group loads its commands on demand.
+    context = click.Context(group)
+    for name in group.list_commands(context):
+        sub = group.get_command(context, name)
+        assert sub is not None, name
         if isinstance(sub, click.Group):
             yield (*path, name), True
             yield from _commands(sub, (*path, name))

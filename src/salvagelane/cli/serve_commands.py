@@ -91,8 +91,7 @@ def serve_command(
     SIGHUP reloads the definitions; one that no longer loads keeps its previous version.
     """
     from salvagelane import environment
-    from salvagelane.definitions import definition_files
-    from salvagelane.service import ServeSettings
+    from salvagelane.service import ServeSettings, load_definitions, require_loadable
     from salvagelane.store import PostgresLeaderLock, SqliteServeLock, leader_lock_for
 
     url = environment.database_url(database)
@@ -109,7 +108,9 @@ def serve_command(
     # Usage errors before the database is opened (and, for a new SQLite file, created).
     if problem := settings.problem():
         raise click.UsageError(f"serve: {problem}")
-    definition_files(instructions_dir)  # ConfigurationError when the directory is missing
+    # A directory where nothing loads is refused before the lock file or the database is
+    # touched (the service loads them again, reporting each problem, before its banner).
+    require_loadable(load_definitions(instructions_dir), instructions_dir)
     if isinstance(lock, SqliteServeLock):
         # A second serve on one SQLite file is refused (ServeLockedError, exit 2) before it
         # opens the database, imports the spool or prints anything as if it had started.
