@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from salvagelane.core import ItemSchema
-from salvagelane.errors import AllowListError, InputError, SalvagelaneError, SchemaError
+from salvagelane.errors import (
+    AllowListError,
+    InputError,
+    SalvagelaneError,
+    SchemaError,
+    not_utf8,
+)
 
 
 def load_json_file(path: Path, *, what: str, error: type[SalvagelaneError] = SchemaError) -> Any:
@@ -23,7 +29,7 @@ def load_json_file(path: Path, *, what: str, error: type[SalvagelaneError] = Sch
     except OSError as exc:
         raise error(f"{what} {path}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
-        raise error(f"{what} {path}: not UTF-8 text (byte {exc.start})") from exc
+        raise error(f"{what} {path}: not UTF-8 text: {not_utf8(exc)}") from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -47,7 +53,7 @@ def load_allow_list(path: Path) -> frozenset[str]:
     except OSError as exc:
         raise AllowListError(f"allow-list {path}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
-        raise AllowListError(f"allow-list {path}: not UTF-8 text (byte {exc.start})") from exc
+        raise AllowListError(f"allow-list {path}: not UTF-8 text: {not_utf8(exc)}") from exc
     values = frozenset(
         line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")
     )

@@ -460,6 +460,15 @@ ROWS: list[Row] = [
     row("replay, same", "replay fixtures/truncated", code=0, out="1 same", **NO_DB),
     row("replay, differs", "replay fixtures/differs", code=1, out="1 differs", **NO_DB),
     row("replay without a path", "replay", code=2, err="Missing argument", **NO_DB),
+    # --- init: no database
+    row("init", "init demo", code=0, out="wrote", changes=True, **NO_DB),
+    row(
+        "init over an existing project",
+        "init .",
+        code=2,
+        err="already exist; nothing was written",
+        **NO_DB,
+    ),
     # --- run
     row("run, partial", REPLAY, code=0, out="status       partial", changes=True),
     row(

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from salvagelane.cli.app import cli
 from salvagelane.cli.run_commands import database_option, instructions_option, recover_spooled
 from salvagelane.safe_text import block
 
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-@cli.command("serve")
+@click.command("serve")
 @instructions_option
 @database_option
 @click.option(

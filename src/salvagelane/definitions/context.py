@@ -14,7 +14,7 @@ from salvagelane.core.strict import Unparsable, parse_item
 from salvagelane.definitions.model import Instruction
 from salvagelane.definitions.problems import PathParts, fail, received
 from salvagelane.definitions.yaml_source import MAX_NODES, YamlProblem, parse_yaml, read_text
-from salvagelane.errors import ConfigurationError
+from salvagelane.errors import ConfigurationError, not_utf8
 from salvagelane.loading import load_allow_list
 
 _MAX_CONTEXT_FILE_BYTES = 16 * 1024 * 1024
@@ -57,9 +57,7 @@ def _context_file(instruction: Instruction, name: str, file: Path) -> Any:
             instruction, where, f"expected a readable file, got {shown}: {exc.strerror or exc}"
         ) from exc
     except UnicodeDecodeError as exc:
-        raise fail(
-            instruction, where, f"expected UTF-8 text in {shown}, got a bad byte at {exc.start}"
-        ) from exc
+        raise fail(instruction, where, f"expected UTF-8 text in {shown}: {not_utf8(exc)}") from exc
     except ValueError as exc:
         raise fail(instruction, where, f"expected a context file, got {shown}: {exc}") from exc
     if file.suffix.lower() == ".json":
