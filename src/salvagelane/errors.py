@@ -92,6 +92,18 @@ class OutdatedDatabaseError(StoreError):
     ``salvagelane db upgrade`` (the CLI exits 2, as for anything the user must fix)."""
 
 
+class DatabaseOpenError(StoreError):
+    """The database cannot be opened for the command: no SQLite file where a read command
+    looks (read commands never create one), a directory in which SQLite cannot create or
+    write its files, a server that refuses the connection. Nothing was read or written;
+    the CLI exits 2, as for anything the user must fix."""
+
+
+class ServeLockedError(StoreError):
+    """Another ``salvagelane serve`` already leads on this SQLite database (it holds the
+    serve lock beside the file). Refused before anything starts; the CLI exits 2."""
+
+
 class SpoolError(StoreError):
     """A spool file (a model output the database could not take) could not be written,
     read or removed. The message names the file."""

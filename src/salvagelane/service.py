@@ -159,6 +159,24 @@ def load_definitions(
     return DefinitionSet(instructions=loaded, problems=tuple(problems), kept=tuple(kept))
 
 
+def require_loadable(found: DefinitionSet, directory: Path) -> None:
+    """Refuse a directory where no definition loads: DefinitionError when every file
+    failed to load (a definition failure, exit 1, as for ``run``), ConfigurationError
+    when there is no file at all (a directory to fix, exit 2)."""
+    if found.instructions:
+        return
+    if not found.problems:
+        raise ConfigurationError(
+            f"{directory}: no instruction definition (*.yaml, *.yml) to schedule"
+        )
+    more = len(found.problems) - 1
+    raise DefinitionError(
+        f"{directory}: no loadable instruction definition to schedule: {found.problems[0]}"
+        + (f" (and {more} more file(s))" if more else "")
+        + "; salvagelane check says what is wrong"
+    )
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Fire:
     """A run the leader asks for outside the cron jobs: a catch-up or a retry."""
@@ -289,11 +307,7 @@ class Service:
         """Load the definitions (first start); ConfigurationError when none loads."""
         found = load_definitions(self._settings.instructions_dir)
         self._report_problems(found)
-        if not found.instructions:
-            raise ConfigurationError(
-                f"{self._settings.instructions_dir}: no loadable instruction definition to "
-                "schedule (salvagelane check says what is wrong)"
-            )
+        require_loadable(found, self._settings.instructions_dir)
         self._definitions = found.instructions
 
     def serve(self) -> None:

@@ -102,8 +102,17 @@ def test_a_failed_run_exits_1_and_says_why(database_url: str, tmp_path: Path) ->
     assert "attempts     2" in proc.stdout
 
 
-def test_a_new_sqlite_database_is_created_at_head_by_any_command(tmp_path: Path) -> None:
+def test_a_new_sqlite_database_is_created_at_head_by_a_write_command_only(
+    tmp_path: Path,
+) -> None:
     database = f"sqlite:///{tmp_path / 'fresh.db'}"
+    for read in (("runs", "list"), ("db", "current"), ("quarantine", "list")):
+        refused = salvagelane(*read, database=database)
+        assert refused.returncode == 2, refused.stderr
+        assert f"no database at {tmp_path / 'fresh.db'}" in refused.stderr
+        assert list(tmp_path.iterdir()) == []  # nothing created, not even a spool
+    recovered = salvagelane("db", "recover", database=database)  # a write command
+    assert recovered.returncode == 0, recovered.stderr
     listed = salvagelane("runs", "list", database=database)
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.strip() == "no runs stored yet (salvagelane run INSTRUCTION stores one)"

@@ -142,11 +142,16 @@ def test_a_failed_run_prints_the_finish_reason_the_store_keeps(
     database_url: str, project: Path
 ) -> None:
     database = upgraded(database_url)
-    silent = project / "silent"  # no raw.txt: the replayed provider never answers
-    silent.mkdir()
+    # The provider is never reached: the key's variable is unset (a fixture without
+    # raw.txt no longer does it: `run --replay` refuses one before storing a run).
+    definition = project / "instructions" / "daily-triage.yaml"
+    text = definition.read_text(encoding="utf-8")
+    definition.write_text(
+        text.replace("api_key_env: OPENROUTER_API_KEY", "api_key_env: SALVAGELANE_TEST_UNSET"),
+        encoding="utf-8",
+    )
 
-    proc = in_project(project, "run", "daily-triage", "--replay", str(silent), "--json",
-                      database=database)  # fmt: skip
+    proc = in_project(project, "run", "daily-triage", "--json", database=database)
 
     assert proc.returncode == 1, proc.stderr
     printed = json.loads(proc.stdout)
@@ -157,8 +162,8 @@ def test_a_failed_run_prints_the_finish_reason_the_store_keeps(
     assert printed["finish_reason"] == shown["finish_reason"] == listed["finish_reason"] == "error"
     assert (printed["status"], shown["status"], listed["status"]) == ("failed",) * 3
     assert printed["error"] == shown["error"]
-    assert printed["error"].startswith("replay: ")
-    text = in_project(project, "run", "daily-triage", "--replay", str(silent), database=database)
+    assert printed["error"].startswith("environment variable SALVAGELANE_TEST_UNSET is not set")
+    text = in_project(project, "run", "daily-triage", database=database)
     assert "finish       error\n" in text.stdout
 
 

@@ -11,17 +11,22 @@ import click
 
 from salvagelane.errors import (
     ConfigurationError,
+    DatabaseOpenError,
     DatabaseUrlError,
+    DefinitionError,
     InputError,
     NotFoundError,
     OutdatedDatabaseError,
     SalvagelaneError,
+    ServeLockedError,
 )
 from salvagelane.safe_text import one_line
 
-EXIT_OK = 0
-EXIT_INVALID = 1  # a definition is invalid, a run failed, a delivery failed
-EXIT_USAGE = 2  # something the user must fix: options, files, unknown ids
+# The exit-code contract (README, "Exit status"; tests/integration/test_exit_codes.py).
+EXIT_OK = 0  # done (a partial run is done)
+EXIT_INVALID = 1  # a run, a delivery or a definition failed; a declined confirmation
+EXIT_USAGE = 2  # something to fix in the command, its files, its database, its environment
+EXIT_INTERRUPTED = 130  # Ctrl-C, and only that
 
 
 COMMANDS: Mapping[str, str] = {
@@ -118,19 +123,33 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    """Console entry point: one-line errors, exit 2 for anything the user must fix."""
+    """Console entry point: one-line errors, and the README's exit codes: 0 done, 1 a run
+    or a definition failed, 2 something to fix before anything starts, 130 Ctrl-C."""
     try:
         code = cli.main(args=argv, prog_name="salvagelane", standalone_mode=False)
-    except click.exceptions.Abort:
-        _fail("aborted", 130)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        # A bare group (`salvagelane`, `salvagelane db`) is a request for its help.
+        click.echo(exc.ctx.get_help())
+        sys.exit(EXIT_OK)
+    except click.exceptions.Abort as exc:
+        # click turns Ctrl-C (and an end of input at one of its prompts) into Abort.
+        if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+            _fail("interrupted", EXIT_INTERRUPTED)
+        _fail("aborted: no answer", EXIT_USAGE)
+    except KeyboardInterrupt:
+        _fail("interrupted", EXIT_INTERRUPTED)
     except click.ClickException as exc:
         _fail(exc.format_message(), EXIT_USAGE)
+    except DefinitionError as exc:
+        _fail(str(exc), EXIT_INVALID)
     except (
         ConfigurationError,
+        DatabaseOpenError,
         DatabaseUrlError,
         InputError,
         NotFoundError,
         OutdatedDatabaseError,
+        ServeLockedError,
     ) as exc:
         _fail(str(exc), EXIT_USAGE)
     except SalvagelaneError as exc:

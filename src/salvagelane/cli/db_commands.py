@@ -34,12 +34,13 @@ def db_upgrade_command(database: str | None) -> None:
 @db_group.command("current")
 @database_option
 def db_current_command(database: str | None) -> None:
-    """Print the database's migration revision and the newest one."""
+    """Print the database's migration revision and the newest one (only reads: a missing
+    SQLite file is reported, never created)."""
     from salvagelane import environment
     from salvagelane.store import current_revision, head_revision, masked_url
 
     url = environment.database_url(database)
-    current = current_revision(url)
+    current = current_revision(url, read_only=True)
     head = head_revision()
     state = "up to date" if current == head else "run salvagelane db upgrade"
     click.echo(f"{masked_url(url)}: revision {current or 'none'} (newest {head}: {state})")

@@ -76,7 +76,7 @@ def capture_command(
     """
     from salvagelane.fixtures import capture_run
 
-    with open_store(database) as store:
+    with open_store(database, read_only=True) as store:
         captured = capture_run(store, run_id, attempt, to, force=force)
     echo_captured(captured)
 

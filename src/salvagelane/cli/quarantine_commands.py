@@ -13,7 +13,7 @@ import io
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -30,6 +30,7 @@ from salvagelane.cli.run_commands import (
     json_option,
     open_store,
     parse_fire_time,
+    require_known_instruction,
 )
 from salvagelane.safe_text import block, line, one_line
 from salvagelane.tables import aligned
@@ -71,6 +72,17 @@ def _parse_since(text: str) -> datetime:
         ) from exc
 
 
+def _known_reason(text: str) -> str:
+    """A quarantine reason of the core's vocabulary, else click.BadParameter listing it:
+    a typo must not read as "nothing quarantined"."""
+    from salvagelane.core.records import Reason
+
+    known = [str(reason) for reason in Reason]
+    if text not in known:
+        raise click.BadParameter(f"expected one of {', '.join(known)}, got {one_line(repr(text))}")
+    return text
+
+
 by_option = click.option(
     "--by", "by", metavar="NAME", help="Who reviews (default: the login name)."
 )
@@ -83,7 +95,12 @@ def quarantine_group() -> None:
 
 @quarantine_group.command("list")
 @click.option("--instruction", "instruction_id", metavar="ID", help="Only this instruction.")
-@click.option("--reason", metavar="REASON", help="Only this reason (e.g. schema, truncated).")
+@click.option(
+    "--reason",
+    metavar="REASON",
+    callback=lambda ctx, param, value: None if value is None else _known_reason(value),
+    help="Only this reason (e.g. schema, truncated; an unknown one is refused, listing them).",
+)
 @click.option(
     "--status",
     type=click.Choice([status.value for status in ReviewStatus]),
@@ -141,12 +158,14 @@ def quarantine_list_command(
     if reject_all:
         _reject_all(where, note=note, yes=yes, by=by, database=database, as_json=as_json)
         return
-    with open_store(database) as store:
+    with open_store(database, read_only=True) as store:
+        if instruction_id is not None:
+            require_known_instruction(store, instruction_id)
         items = store.quarantine.list_quarantine(where)
     if as_json:
         click.echo(json.dumps([to_json(item) for item in items], indent=2, ensure_ascii=False))
     else:
-        click.echo(quarantine_table(items))
+        click.echo(quarantine_table(items, where))
 
 
 def _reject_all(
@@ -158,8 +177,6 @@ def _reject_all(
     database: str | None,
     as_json: bool,
 ) -> None:
-    from dataclasses import replace
-
     if not note or not note.strip():
         raise click.UsageError("--reject-all needs --note TEXT: say why they are rejected")
     if where.review_status not in (None, "pending"):
@@ -168,17 +185,18 @@ def _reject_all(
         )
     pending = replace(where, review_status="pending")
     with open_store(database) as store:
+        if where.instruction_id is not None:
+            require_known_instruction(store, where.instruction_id)
         matching = store.quarantine.list_quarantine(pending)
         if not matching:
             rejected: list[int] = []
         else:
-            if not yes:
-                click.confirm(
-                    f"reject {len(matching)} pending quarantined item(s)"
-                    f" ({_describe_filter(pending)})?",
-                    abort=True,
-                    err=True,
-                )
+            question = (
+                f"reject {len(matching)} pending quarantined item(s) ({_describe_filter(pending)})?"
+            )
+            if not yes and not _confirm(question):
+                click.echo("nothing rejected", err=True)
+                raise click.exceptions.Exit(EXIT_INVALID)
             rejected = store.quarantine.reject_matching(
                 pending, actor=_actor(by), note=note, now=datetime.now(UTC)
             )
@@ -188,9 +206,25 @@ def _reject_all(
         click.echo(f"rejected {len(rejected)} pending item(s)")
 
 
+def _confirm(question: str) -> bool:
+    """Ask ``question`` on stderr; True only for y or yes. No answer at all (stdin closed,
+    as under cron) is a usage error: the command needs --yes there. Ctrl-C is left to
+    propagate (exit 130); click.confirm would turn it and a closed stdin into one Abort."""
+    click.echo(f"{question} [y/N]: ", nl=False, err=True)
+    answer = sys.stdin.readline()
+    if not answer:
+        click.echo(err=True)
+        raise click.UsageError("no answer on stdin to the confirmation: give --yes to skip it")
+    return answer.strip().lower() in ("y", "yes")
+
+
 def _describe_filter(where: QuarantineFilter) -> str:
-    parts = [
-        f"{name} {value}"
+    return ", ".join(_filter_parts(where)) or "all"
+
+
+def _filter_parts(where: QuarantineFilter) -> list[str]:
+    return [
+        f"{name} {line(str(value))}"
         for name, value in (
             ("instruction", where.instruction_id),
             ("reason", where.reason),
@@ -199,7 +233,6 @@ def _describe_filter(where: QuarantineFilter) -> str:
         )
         if value is not None
     ]
-    return ", ".join(parts) or "all"
 
 
 @quarantine_group.command("show")
@@ -209,7 +242,7 @@ def _describe_filter(where: QuarantineFilter) -> str:
 def quarantine_show_command(quarantine_id: int, database: str | None, as_json: bool) -> None:
     """Show everything about quarantined item ID: the error, the raw text around it, the
     repaired candidate, provenance, review status and audit trail."""
-    with open_store(database) as store:
+    with open_store(database, read_only=True) as store:
         detail = store.quarantine.get_quarantine(quarantine_id)
     if as_json:
         click.echo(json.dumps(to_json(detail), indent=2, ensure_ascii=False))
@@ -229,7 +262,7 @@ def quarantine_export_command(
     `salvagelane replay DIR`."""
     from salvagelane.fixtures import capture_run
 
-    with open_store(database) as store:
+    with open_store(database, read_only=True) as store:
         held = store.quarantine.get_quarantine(quarantine_id)
         captured = capture_run(store, held.run_id, held.attempt_number, to, force=force)
     echo_captured(captured)
@@ -536,10 +569,14 @@ def _message(error: Any) -> str:
     return json.dumps(error, ensure_ascii=False)
 
 
-def quarantine_table(items: list[QuarantineView]) -> str:
+def quarantine_table(items: list[QuarantineView], where: QuarantineFilter | None = None) -> str:
     """``quarantine list``: one line per item, newest first."""
     if not items:
-        return "no quarantined items match"
+        # A filter that matches nothing says which, so it cannot pass for an empty lane.
+        parts = [] if where is None else _filter_parts(replace(where, limit=None))
+        if where is not None and where.review_status is not None:
+            parts.insert(0, f"status {where.review_status}")
+        return "no quarantined items " + (f"with {', '.join(parts)}" if parts else "match")
     header = ("ID", "CREATED (UTC)", "INSTRUCTION", "RUN", "REASON", "STATUS", "ERROR", "SNIPPET")
     rows = [header]
     for item in items:

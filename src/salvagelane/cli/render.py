@@ -139,8 +139,10 @@ def run_outcome(
     return "\n".join(lines)
 
 
-def runs_table(runs: Sequence[RunSummary]) -> str:
+def runs_table(runs: Sequence[RunSummary], *, instruction_id: str | None = None) -> str:
     """``runs list``: one line per run."""
+    if not runs and instruction_id is not None:
+        return f"no runs of instruction {line(instruction_id)}"
     if not runs:
         return "no runs stored yet (salvagelane run INSTRUCTION stores one)"
     header = (

@@ -44,9 +44,13 @@ instructions_option = click.option(
 
 
 @contextmanager
-def open_store(database: str | None) -> Iterator[Store]:
+def open_store(database: str | None, *, read_only: bool = False) -> Iterator[Store]:
     """The store at ``database`` (or the environment's default), upgraded if new, with
     the model outputs spooled while it refused them imported.
+
+    ``read_only`` (the commands that only read, listed in the README): the database is
+    opened read-only, never created, migrated or fed the spool; a missing SQLite file is
+    "no database at PATH" (exit 2).
 
     A database that keeps nothing (in-memory SQLite) is refused by the store's URL check
     (DatabaseUrlError, exit 2), for every command, before anything runs."""
@@ -54,8 +58,9 @@ def open_store(database: str | None) -> Iterator[Store]:
     from salvagelane.store import Store
 
     url = environment.database_url(database)
-    with Store.open(url) as store:
-        recover_spooled(store, url)
+    with Store.open(url, read_only=read_only) as store:
+        if not read_only:
+            recover_spooled(store, url)
         yield store
 
 
@@ -87,6 +92,26 @@ def recover_spooled(store: Store, url: str) -> None:
             )
         elif not done.other_database:
             log.warning("spool.kept", spool_file=str(done.path), problem=done.problem)
+
+
+def require_known_instruction(store: Store, instruction_id: str) -> None:
+    """A filter's instruction id, refused (exit 2) unless some stored run has it: a typo
+    must not read as "nothing stored". The known ids are listed."""
+    from salvagelane.definitions.ids import shown
+
+    known = store.instruction_ids()
+    if instruction_id in known:
+        return
+    listed = ", ".join(line(known_id) for known_id in known)
+    raise click.BadParameter(
+        f"no stored run has instruction {shown(instruction_id)}; "
+        + (
+            f"instructions with stored runs in {line(store.url)}: {listed}"
+            if known
+            else f"{line(store.url)} holds no runs yet"
+        ),
+        param_hint="'--instruction'",
+    )
 
 
 def instruction_from_argument(reference: str, directory: Path) -> Instruction:
@@ -161,13 +186,15 @@ def run_command(
     """
     import httpx
 
-    from salvagelane.connectors import build_connector
+    from salvagelane.connectors import ReplayConnector, build_connector
     from salvagelane.errors import DuplicateFireError
     from salvagelane.executor import Executor, Trigger
     from salvagelane.sinks import build_sinks
 
     definition = instruction_from_argument(instruction, instructions_dir)
     if replay is not None:
+        # Refused (exit 2) before the database is opened: no failed run is stored for it.
+        ReplayConnector(replay).check()
         trigger = Trigger.REPLAY
     else:
         trigger = Trigger.MANUAL if scheduled_for is None else Trigger.SCHEDULE
@@ -274,12 +301,14 @@ def runs_list_command(
     instruction_id: str | None, limit: int, database: str | None, as_json: bool
 ) -> None:
     """List stored runs, newest first."""
-    with open_store(database) as store:
+    with open_store(database, read_only=True) as store:
+        if instruction_id is not None:
+            require_known_instruction(store, instruction_id)
         runs = store.list_runs(instruction_id=instruction_id, limit=limit)
     if as_json:
         click.echo(json.dumps([render.to_json(run) for run in runs], indent=2, ensure_ascii=False))
     else:
-        click.echo(render.runs_table(runs))
+        click.echo(render.runs_table(runs, instruction_id=instruction_id))
 
 
 @runs_group.command("show")
@@ -298,7 +327,7 @@ def runs_show_command(
 ) -> None:
     """Show one run (RUN_ID or a unique prefix of at least 8 characters): its attempts,
     report and quarantine."""
-    with open_store(database) as store:
+    with open_store(database, read_only=True) as store:
         detail = store.get_run(run_id)
     if raw_attempt is not None:
         text = render.raw_output(detail, raw_attempt)

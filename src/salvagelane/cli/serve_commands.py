@@ -7,11 +7,16 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
 from salvagelane.cli.run_commands import database_option, instructions_option, recover_spooled
 from salvagelane.safe_text import block
+
+if TYPE_CHECKING:
+    from salvagelane.service import ServeSettings
+    from salvagelane.store import LeaderLock
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -84,14 +89,9 @@ def serve_command(
 
     SIGHUP reloads the definitions; one that no longer loads keeps its previous version.
     """
-    import httpx
-
     from salvagelane import environment
-    from salvagelane.connectors import build_connector
-    from salvagelane.definitions import definition_files
-    from salvagelane.service import ServeSettings, Service
-    from salvagelane.sinks import build_sinks
-    from salvagelane.store import PostgresLeaderLock, Store, leader_lock_for
+    from salvagelane.service import ServeSettings, load_definitions, require_loadable
+    from salvagelane.store import PostgresLeaderLock, SqliteServeLock, leader_lock_for
 
     url = environment.database_url(database)
     lock = leader_lock_for(url)
@@ -107,7 +107,26 @@ def serve_command(
     # Usage errors before the database is opened (and, for a new SQLite file, created).
     if problem := settings.problem():
         raise click.UsageError(f"serve: {problem}")
-    definition_files(instructions_dir)  # ConfigurationError when the directory is missing
+    # A directory where nothing loads is refused before the lock file or the database is
+    # touched (the service loads them again, reporting each problem, before its banner).
+    require_loadable(load_definitions(instructions_dir), instructions_dir)
+    if isinstance(lock, SqliteServeLock):
+        # A second serve on one SQLite file is refused (ServeLockedError, exit 2) before it
+        # opens the database, imports the spool or prints anything as if it had started.
+        lock.acquire()
+    try:
+        _serve(settings, url, lock, instructions_dir)
+    finally:
+        lock.release()
+
+
+def _serve(settings: ServeSettings, url: str, lock: LeaderLock, instructions_dir: Path) -> None:
+    import httpx
+
+    from salvagelane.connectors import build_connector
+    from salvagelane.service import Service
+    from salvagelane.sinks import build_sinks
+    from salvagelane.store import Store
 
     def announce(text: str) -> None:
         click.echo(block(text))  # may quote a definition's file or a database error
@@ -125,6 +144,9 @@ def serve_command(
             sinks_for=lambda spec: build_sinks(spec.sinks, client=client),
             announce=announce,
         )
+        # Before the banner: a directory where nothing loads stops here, not after
+        # "salvagelane serve: ..." has told a supervisor that it started.
+        service.load()
 
         def on_stop(signum: int, frame: FrameType | None) -> None:
             service.request_stop(signal.Signals(signum).name)

@@ -39,15 +39,26 @@ class ReplayConnector:
     def __repr__(self) -> str:
         return f"ReplayConnector({str(self.raw_path)!r})"
 
-    def complete(self, request: CompletionRequest) -> Completion:
+    def check(self) -> None:
+        """Read the fixture as :meth:`complete` will; InputError naming the file when it
+        cannot be replayed (no ``raw.txt``, a link, a ``meta.json`` that is not JSON).
+
+        For ``run --replay``: a fixture that cannot answer is the command's mistake, to
+        refuse before a run is stored, not a failed run."""
+        self._read()
+
+    def _read(self) -> tuple[str, dict[str, Any]]:
         meta_path = self.fixture_dir / "meta.json"
+        # Exactly as recorded: no newline translation, and bytes that are not UTF-8
+        # survive, as the store keeps them. Fixture files are data from elsewhere:
+        # regular files only, so a link in one cannot name a file of this machine.
+        text = read_fixture_text(self.raw_path)
+        present = meta_path.exists() or meta_path.is_symlink()
+        return text, read_call_meta(meta_path) if present else {"usage": {}}
+
+    def complete(self, request: CompletionRequest) -> Completion:
         try:
-            # Exactly as recorded: no newline translation, and bytes that are not UTF-8
-            # survive, as the store keeps them. Fixture files are data from elsewhere:
-            # regular files only, so a link in one cannot name a file of this machine.
-            text = read_fixture_text(self.raw_path)
-            present = meta_path.exists() or meta_path.is_symlink()
-            meta = read_call_meta(meta_path) if present else {"usage": {}}
+            text, meta = self._read()
         except InputError as exc:
             raise ConnectorError(f"replay: {exc}") from exc
         native, reported = meta.get("native_finish_reason"), meta.get("finish_reason")

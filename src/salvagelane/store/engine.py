@@ -8,11 +8,13 @@ lock, and the busy timeout makes the second one wait instead of failing.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import sqlalchemy as sa
 import tenacity
@@ -24,7 +26,7 @@ from alembic.util import CommandError
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from salvagelane.errors import DatabaseUrlError, StoreError
+from salvagelane.errors import DatabaseOpenError, DatabaseUrlError, StoreError
 
 MIGRATIONS_DIR = Path(__file__).resolve().with_name("migrations")
 DEFAULT_BUSY_TIMEOUT = 30.0
@@ -115,23 +117,113 @@ def describe(exc: BaseException) -> str:
     return text[0] if text else cause.__class__.__name__
 
 
-def make_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> Engine:
+def make_engine(
+    url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT, read_only: bool = False
+) -> Engine:
     """An engine for ``url`` (normalised by :func:`database_url`), set up for salvagelane.
 
     A SQLite URL's ``?timeout=SECONDS`` (the sqlite3 module's own parameter) sets the busy
     timeout instead of ``busy_timeout``.
+
+    ``read_only``: the engine can only read. A SQLite file is opened read-only (never
+    created: DatabaseOpenError "no database at PATH" when it is missing), a PostgreSQL
+    session has ``default_transaction_read_only`` on. Otherwise a SQLite file that cannot
+    be created or written where it is (a missing or read-only directory, a read-only file)
+    is refused up front with DatabaseOpenError saying which and why, rather than with
+    SQLite's "unable to open database file".
     """
     url = database_url(url)
     with store_errors(url, "create engine"):
         parsed = sa.make_url(url)
         if parsed.get_backend_name() == "postgresql":
+            connect_args: dict[str, Any] = {}
+            if read_only:
+                # Set by the server for the whole session, so no transaction of this engine
+                # can write, whatever the code above it does.
+                options = parsed.query.get("options", "")
+                options = options if isinstance(options, str) else " ".join(options)
+                connect_args["options"] = f"{options} -c default_transaction_read_only=on".strip()
             # A pooled connection may have been closed by the server since its last use.
-            return sa.create_engine(url, pool_pre_ping=True)
+            return sa.create_engine(url, pool_pre_ping=True, connect_args=connect_args)
         if "timeout" in parsed.query:
             busy_timeout = _seconds(parsed, parsed.query["timeout"])
-        engine = sa.create_engine(url, connect_args={"timeout": busy_timeout})
-    _configure_sqlite(engine, busy_timeout)
+        if read_only:
+            parsed = _read_only_sqlite(parsed)
+        else:
+            _check_writable_sqlite(parsed)
+        engine = sa.create_engine(parsed, connect_args={"timeout": busy_timeout})
+    _configure_sqlite(engine, busy_timeout, read_only=read_only)
     return engine
+
+
+def _sqlite_file(url: URL) -> Path | None:
+    """The file a SQLite URL names as a plain path (None for a ``file:`` URI, whose path
+    SQLite itself resolves)."""
+    name = url.database or ""
+    if _flag(url, "uri") or name.startswith("file:"):
+        return None
+    return Path(name).resolve()
+
+
+def _flag(url: URL, key: str) -> bool:
+    value = url.query.get(key)
+    text = value if isinstance(value, str) else (value[-1] if value else "")
+    return text.lower() in ("1", "true", "yes", "on")
+
+
+def _read_only_sqlite(url: URL) -> URL:
+    """``url`` as a read-only SQLite URI (``mode=ro``): SQLite never creates the file.
+
+    A read-only connection to a WAL database creates the ``-wal`` and ``-shm`` files when
+    they are missing (and cannot in a directory it may not write), and cannot remove them
+    when it closes: files owned by whoever read, which a writer of another user then
+    cannot write. So when no writer is active (no ``-wal`` file), the file is opened
+    ``immutable``, read without those files or locks, as SQLite documents for read-only
+    media; only a writer that starts and checkpoints during this short read could make
+    it fail. With a writer active, the read takes part in its WAL as usual.
+    """
+    path = _sqlite_file(url)
+    if path is None:
+        return url.update_query_dict({"mode": "ro"})
+    if not path.exists():
+        raise DatabaseOpenError(
+            f"no database at {path}: a command that only reads never creates one "
+            "(check --database or $SALVAGELANE_DATABASE_URL; a run creates the database)"
+        )
+    query: dict[str, str] = {"mode": "ro", "uri": "true"}
+    if not path.with_name(path.name + "-wal").exists():
+        query["immutable"] = "1"
+    return url.set(database=f"file:{quote(str(path))}").update_query_dict(query)
+
+
+def _check_writable_sqlite(url: URL) -> None:
+    """DatabaseOpenError, naming the directory or file and what is missing, when SQLite
+    could not create or write the database file ``url`` names, or its journal files."""
+    path = _sqlite_file(url)
+    if path is None:
+        return
+    verb = "write" if path.exists() else "create"
+    directory = path.parent
+    if not directory.is_dir():
+        raise DatabaseOpenError(
+            f"cannot create the database {path}: directory {directory} does not exist "
+            "(create it, or give --database another path)"
+        )
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        raise DatabaseOpenError(
+            f"cannot write the database {path}: no read and write permission on the file"
+        )
+    if not os.access(directory, os.W_OK | os.X_OK):
+        why = (
+            f"SQLite keeps {path.name}-wal and {path.name}-shm beside the database while "
+            "it writes; commands that only read still work"
+            if path.exists()
+            else f"SQLite creates {path.name} and its -wal and -shm files there"
+        )
+        raise DatabaseOpenError(
+            f"cannot {verb} the database {path}: no write permission on directory "
+            f"{directory} ({why})"
+        )
 
 
 def _seconds(url: URL, value: str | tuple[str, ...]) -> float:
@@ -167,22 +259,27 @@ def _switch_to_wal(cursor: Any) -> None:
     retrying(cursor.execute, "PRAGMA journal_mode = WAL")
 
 
-def _configure_sqlite(engine: Engine, busy_timeout: float) -> None:
+def _configure_sqlite(engine: Engine, busy_timeout: float, *, read_only: bool = False) -> None:
     # The recipe from SQLAlchemy's SQLite docs ("Enabling Non-Legacy SQLite Transactional
     # Modes"): the sqlite3 module stops issuing BEGIN itself and we issue BEGIN IMMEDIATE.
+    # A read-only connection switches nothing (the journal mode is a write) and begins
+    # deferred transactions: BEGIN IMMEDIATE asks for the write lock.
     def on_connect(dbapi_connection: Any, connection_record: Any) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
             # busy_timeout first: switching to WAL needs a lock another connection may hold.
             cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-            _switch_to_wal(cursor)
+            if read_only:
+                cursor.execute("PRAGMA query_only = ON")
+            else:
+                _switch_to_wal(cursor)
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
             cursor.close()
 
     def on_begin(connection: Connection) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     sa.event.listen(engine, "connect", on_connect)
     sa.event.listen(engine, "begin", on_begin)
@@ -230,11 +327,24 @@ def store_errors(url: str | URL, operation: str) -> Iterator[None]:
         raise StoreError(f"{masked_url(url)}: {operation} failed: {describe(exc)}") from exc
 
 
-def _with_connection(url: str, operation: str, work: Callable[[Connection], T]) -> T:
-    """Run ``work`` in one transaction on a short-lived engine for ``url``."""
-    engine = make_engine(url)
+def connect(engine: Engine) -> Connection:
+    """A connection of ``engine``; DatabaseOpenError (the command cannot start: nothing
+    was read or written) when the database cannot be reached or opened at all."""
     try:
-        with store_errors(url, operation), engine.begin() as connection:
+        return engine.connect()
+    except SQLAlchemyError as exc:
+        raise DatabaseOpenError(
+            f"{masked_url(engine.url)}: cannot open the database: {describe(exc)}"
+        ) from exc
+
+
+def _with_connection(
+    url: str, operation: str, work: Callable[[Connection], T], *, read_only: bool = False
+) -> T:
+    """Run ``work`` in one transaction on a short-lived engine for ``url``."""
+    engine = make_engine(url, read_only=read_only)
+    try:
+        with connect(engine) as connection, store_errors(url, operation), connection.begin():
             return work(connection)
     finally:
         engine.dispose()
@@ -254,6 +364,7 @@ def downgrade(url: str, revision: str) -> None:
     )
 
 
-def current_revision(url: str) -> str | None:
-    """The revision the database at ``url`` is at (None: never migrated)."""
-    return _with_connection(url, "read the schema revision", revision_of)
+def current_revision(url: str, *, read_only: bool = False) -> str | None:
+    """The revision the database at ``url`` is at (None: never migrated). ``read_only``:
+    only read (a missing SQLite file is DatabaseOpenError, never created)."""
+    return _with_connection(url, "read the schema revision", revision_of, read_only=read_only)

@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from salvagelane.errors import StoreError
+from salvagelane.errors import DatabaseOpenError, ServeLockedError, StoreError
 from salvagelane.store.engine import database_url, describe, masked_url
 
 LOCK_NAME = "salvagelane.scheduler"
@@ -230,7 +230,7 @@ class SqliteServeLock(_HeldWhileInside):
         try:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise StoreError(
+            raise DatabaseOpenError(
                 f"{self.database_path}: cannot open the serve lock {self.lock_path}: "
                 f"{exc.strerror or exc}"
             ) from exc
@@ -252,7 +252,7 @@ class SqliteServeLock(_HeldWhileInside):
 
     def acquire(self) -> None:
         if not self.try_acquire():
-            raise StoreError(
+            raise ServeLockedError(
                 f"another salvagelane serve is already running on {self.database_path} "
                 f"(lock {self.lock_path}); SQLite supports a single scheduler node"
             )

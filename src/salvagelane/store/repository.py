@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from salvagelane.errors import DuplicateFireError, NotFoundError, OutdatedDatabaseError, StoreError
 from salvagelane.store.engine import (
+    connect,
     database_url,
     head_revision,
     make_engine,
@@ -123,23 +124,31 @@ def bound_raw(text: str, max_bytes: int | None) -> BoundedRaw:
 class Store:
     """Persistence for salvagelane. Open with :meth:`open`; close, or use as a context manager."""
 
-    def __init__(self, engine: Engine) -> None:
-        """Use :meth:`open`, which also checks the schema revision."""
+    def __init__(self, engine: Engine, *, url: str | None = None) -> None:
+        """Use :meth:`open`, which also checks the schema revision. ``url``: the database
+        as the caller named it (default: the engine's URL, which for a read-only SQLite
+        file is a ``file:`` URI)."""
         self._engine = engine
+        self._url = sa.make_url(url) if url is not None else engine.url
         # expire_on_commit=False: rows stay readable while they are turned into records.
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
     @classmethod
-    def open(cls, url: str, *, auto_upgrade: bool = True) -> Store:
+    def open(cls, url: str, *, auto_upgrade: bool = True, read_only: bool = False) -> Store:
         """Connect to ``url`` and make sure its schema is the one this code expects.
 
         A SQLite database without any table (a new file) is migrated to head when
         ``auto_upgrade`` is true. Any other database not at head is refused: migrating a
         shared database is the operator's decision (``salvagelane db upgrade``).
+
+        ``read_only``: a store for commands that only read. It creates no file (a missing
+        SQLite file is DatabaseOpenError), migrates nothing (a database not at head is
+        OutdatedDatabaseError) and every transaction is read-only.
         """
-        store = cls(make_engine(database_url(url)))
+        normalised = database_url(url)
+        store = cls(make_engine(normalised, read_only=read_only), url=normalised)
         try:
-            store._check_schema(auto_upgrade=auto_upgrade)
+            store._check_schema(auto_upgrade=auto_upgrade and not read_only)
         except BaseException:
             store.close()
             raise
@@ -148,8 +157,9 @@ class Store:
     def _check_schema(self, *, auto_upgrade: bool) -> None:
         head = head_revision()
         with (
-            store_errors(self._engine.url, "check the schema revision"),
-            self._engine.begin() as connection,
+            connect(self._engine) as connection,
+            store_errors(self._url, "check the schema revision"),
+            connection.begin(),
         ):
             current = revision_of(connection)
             fresh = (
@@ -169,13 +179,13 @@ class Store:
     @property
     def url(self) -> str:
         """The database URL, password masked."""
-        return masked_url(self._engine.url)
+        return masked_url(self._url)
 
     @property
     def identity(self) -> str:
         """This database as a spool file names it: the URL without password or options, a
         SQLite file by its absolute path."""
-        url = self._engine.url.set(query={})
+        url = self._url.set(query={})
         if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
             url = url.set(database=str(Path(url.database or "").resolve()))
         return masked_url(url)
@@ -212,7 +222,7 @@ class Store:
     @contextmanager
     def _transaction(self, operation: str) -> Iterator[Session]:
         """A session in one transaction: committed at the end, rolled back on any error."""
-        with store_errors(self._engine.url, operation), self._sessions.begin() as session:
+        with store_errors(self._url, operation), self._sessions.begin() as session:
             yield session
 
     # --- writes -----------------------------------------------------------------------------
@@ -622,6 +632,12 @@ class Store:
             stmt = stmt.where(Run.instruction_id == instruction_id)
         with self._transaction("list runs") as session:
             return _summaries(session, list(session.scalars(stmt)))
+
+    def instruction_ids(self) -> list[str]:
+        """The ids of the instructions that have stored runs, sorted."""
+        stmt = sa.select(Run.instruction_id).distinct().order_by(Run.instruction_id)
+        with self._transaction("list instruction ids") as session:
+            return list(session.scalars(stmt))
 
     def get_run(self, run_id: str) -> RunDetail:
         """Everything stored about a run. ``run_id`` may be a unique prefix (8+ characters)."""
