@@ -19,9 +19,9 @@ demo: $(STAMP)
 	$(BIN)/salvagelane run daily-triage --replay $(FIXTURE)
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto
 
 # The whole suite with both cores kept busy (the tests must not depend on an idle host).
 test-loaded: $(STAMP)

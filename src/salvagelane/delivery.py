@@ -25,7 +25,7 @@ from typing import Any
 from salvagelane.definitions import Instruction
 from salvagelane.errors import ConfigurationError, NotFoundError, SalvagelaneError
 from salvagelane.logs import bound, get_logger
-from salvagelane.sinks import DeliveryOutcome, Sink, deliver_one, describe
+from salvagelane.sinks import DeliveryOutcome, Sink, deliver_one, describe, run_address
 from salvagelane.store import (
     ClaimedDelivery,
     DeliveryRun,
@@ -115,14 +115,19 @@ class Redelivery:
 
 
 def pending_deliveries(
-    sinks: Sequence[Sink], *, now: datetime, policy: DeliveryPolicy = DEFAULT_POLICY
+    sinks: Sequence[Sink],
+    *,
+    now: datetime,
+    policy: DeliveryPolicy = DEFAULT_POLICY,
+    address: Mapping[str, Any] | None = None,
 ) -> list[PendingDelivery]:
     """The deliveries to write with a report finished at ``now``, one per sink, leased to
-    the process that writes them."""
+    the process that writes them. ``address`` (:func:`~salvagelane.sinks.run_address`)
+    fills in target templates: each delivery records where the report goes."""
     lease_until = policy.lease_until(now)
     return [
         PendingDelivery(kind=kind, target=target, next_attempt_at=lease_until)
-        for kind, target in map(describe, sinks)
+        for kind, target in (describe(sink, address) for sink in sinks)
     ]
 
 
@@ -159,10 +164,15 @@ def deliver_report(
     full_id = str(payload["run_id"])
     outcomes: list[DeliveryOutcome] = []
     for sink in sinks:
-        kind, target = describe(sink)
+        kind, target = describe(sink, payload)
         now = clock()
         claim = store.deliveries.claim_target(
-            full_id, kind=kind, target=target, now=now, lease_until=policy.lease_until(now)
+            full_id,
+            kind=kind,
+            target=target,
+            also=_legacy_targets(sink, target),
+            now=now,
+            lease_until=policy.lease_until(now),
         )
         outcomes.extend(
             deliver_claimed(store, [(claim, sink)], payload, clock=clock, policy=policy)
@@ -311,8 +321,11 @@ class _RunSinks:
         sinks = self._sinks[run.id]
         if isinstance(sinks, str):
             return None, sinks
+        address = run_address(run.id, run.instruction_id)
         for sink in sinks:
-            if describe(sink) == (kind, target):
+            # A delivery records the target filled in for its run; one recorded before
+            # targets were filled in holds the template.
+            if (kind, target) in (describe(sink, address), describe(sink)):
                 return sink, ""
         return None, (
             f"the definition of instruction {run.instruction_id!r} has no {kind} sink "
@@ -334,6 +347,13 @@ class _RunSinks:
         if run.id not in self._payloads:
             self._payloads[run.id] = self._store.get_report_payload(run.id)
         return self._payloads[run.id]
+
+
+def _legacy_targets(sink: Sink, target: str) -> tuple[str, ...]:
+    """The sink's template, when deliveries recorded before templates were filled in
+    may hold it instead of ``target``."""
+    template = describe(sink)[1]
+    return () if template == target else (template,)
 
 
 def _record(

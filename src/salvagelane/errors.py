@@ -152,3 +152,11 @@ class DuplicateFireError(SalvagelaneError):
         )
         self.instruction_id = instruction_id
         self.scheduled_for = scheduled_for
+
+
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """A UTF-8 decoding error, said the same way everywhere: ``byte 0xE9 at offset 123 is
+    not valid UTF-8`` (the offset counts bytes from the start of what was decoded)."""
+    bad = exc.object[exc.start : exc.start + 1]
+    byte = f"byte 0x{bad[0]:02X}" if bad else "a byte"
+    return f"{byte} at offset {exc.start} is not valid UTF-8"

@@ -67,7 +67,7 @@ from salvagelane.errors import (
     StoreError,
 )
 from salvagelane.logs import bound, get_logger, redact_text, redact_url, scrub_text
-from salvagelane.sinks import DeliveryOutcome, Sink
+from salvagelane.sinks import DeliveryOutcome, Sink, run_address
 from salvagelane.store import (
     ClaimedDelivery,
     DefinitionRecord,
@@ -567,7 +567,10 @@ class Executor:
             report=report,
             quarantined=quarantined,
             deliveries=pending_deliveries(
-                state.sinks, now=finished_at, policy=self._delivery_policy
+                state.sinks,
+                now=finished_at,
+                policy=self._delivery_policy,
+                address=run_address(state.run_id, instruction.id),
             ),
         )
         return RunOutcome(

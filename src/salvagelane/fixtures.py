@@ -74,7 +74,13 @@ from salvagelane.core.outcome import (
     compare,
     outcome_of,
 )
-from salvagelane.errors import DefinitionError, InputError, NotFoundError, SalvagelaneError
+from salvagelane.errors import (
+    DefinitionError,
+    InputError,
+    NotFoundError,
+    SalvagelaneError,
+    not_utf8,
+)
 from salvagelane.logs import MIN_SECRET_LENGTH, secret_field_name
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is only needed to capture
@@ -510,7 +516,7 @@ def _expected_for_replay(directory: Path) -> Outcome | None:
         document = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise _UnusableExpected(
-            f"fixture file {path}: not UTF-8 text (byte {exc.start}) {hint}"
+            f"fixture file {path}: not UTF-8 text: {not_utf8(exc)} {hint}"
         ) from exc
     except json.JSONDecodeError as exc:
         raise _UnusableExpected(

@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from salvagelane.core import ItemSchema
-from salvagelane.errors import AllowListError, InputError, SalvagelaneError, SchemaError
+from salvagelane.errors import (
+    AllowListError,
+    InputError,
+    SalvagelaneError,
+    SchemaError,
+    not_utf8,
+)
 
 
 def load_json_file(path: Path, *, what: str, error: type[SalvagelaneError] = SchemaError) -> Any:
@@ -23,7 +29,7 @@ def load_json_file(path: Path, *, what: str, error: type[SalvagelaneError] = Sch
     except OSError as exc:
         raise error(f"{what} {path}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
-        raise error(f"{what} {path}: not UTF-8 text (byte {exc.start})") from exc
+        raise error(f"{what} {path}: not UTF-8 text: {not_utf8(exc)}") from exc
     return parse_json_text(text, what=what, shown=str(path), error=error)
 
 
@@ -56,7 +62,7 @@ def load_allow_list(path: Path) -> frozenset[str]:
     except OSError as exc:
         raise AllowListError(f"allow-list {path}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
-        raise AllowListError(f"allow-list {path}: not UTF-8 text (byte {exc.start})") from exc
+        raise AllowListError(f"allow-list {path}: not UTF-8 text: {not_utf8(exc)}") from exc
     return allow_list_values(text, shown=str(path))
 
 

@@ -25,15 +25,15 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
-
-import structlog
-from structlog.contextvars import bound_contextvars
-from structlog.typing import FilteringBoundLogger
 
 from salvagelane.errors import ConfigurationError
 from salvagelane.safe_text import UNSAFE, block, line
+
+if TYPE_CHECKING:  # structlog is imported when the first logger is taken (see _Setup)
+    import structlog
+    from structlog.typing import FilteringBoundLogger
 
 __all__ = [
     "MIN_SECRET_LENGTH",
@@ -87,21 +87,68 @@ _LEVELS: Mapping[str, int] = {
 # --- Configuration -------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Setup:
+    """A chosen configuration, applied to structlog when the first logger is taken.
+
+    Deferred because importing structlog costs about 60 ms (it pulls in asyncio), and
+    commands that never log (``salvage``, ``check``, ``--help``) should not pay it.
+    """
+
+    as_json: bool
+    minimum: int
+    out: TextIO
+
+
+_setup_lock = threading.Lock()
+_pending: _Setup | None = None
+_applied = False
+
+
 def configure_logging(
     *, json: bool | None = None, level: str = "info", stream: TextIO | None = None
 ) -> None:
-    """Configure structlog for the application; calling it again replaces the setup.
+    """Configure the application's logs; calling it again replaces the setup.
 
     ``json=None`` chooses JSON lines unless ``stream`` (stderr by default) is a
     terminal, where the console format is easier to read. Colours only at a terminal.
+    The stream is resolved now; structlog is configured when a logger is first taken.
     """
+    global _pending
     minimum = _LEVELS.get(level.lower())
     if minimum is None:
         raise ConfigurationError(f"log level: expected one of {', '.join(_LEVELS)}, got {level!r}")
     out = sys.stderr if stream is None else stream
-    tty = out.isatty()
-    as_json = not tty if json is None else json
+    setup = _Setup(as_json=not out.isatty() if json is None else json, minimum=minimum, out=out)
+    with _setup_lock:
+        _pending = setup
+        if _applied:
+            _apply(setup)
 
+
+def _ensure_configured() -> None:
+    global _applied
+    if _applied and _pending is None:
+        return
+    with _setup_lock:
+        if not _applied:
+            # Nobody configured logs (a library user): the defaults, on stderr.
+            _apply(_pending or _default_setup())
+            _applied = True
+        elif _pending is not None:
+            _apply(_pending)
+
+
+def _default_setup() -> _Setup:
+    return _Setup(as_json=not sys.stderr.isatty(), minimum=_LEVELS["info"], out=sys.stderr)
+
+
+def _apply(setup: _Setup) -> None:
+    import structlog
+
+    global _pending
+    _pending = None
+    as_json, tty, out = setup.as_json, setup.out.isatty(), setup.out
     renderer: structlog.typing.Processor
     if as_json:
         renderer = structlog.processors.JSONRenderer()
@@ -125,7 +172,7 @@ def configure_logging(
     ]
     structlog.configure(
         processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(minimum),
+        wrapper_class=structlog.make_filtering_bound_logger(setup.minimum),
         context_class=dict,
         logger_factory=_LoggerFactory(out),
         # Not cached: a logger taken at import time must follow a later
@@ -139,6 +186,9 @@ def get_logger(name: str | None = None) -> FilteringBoundLogger:
 
     Safe at import time: the logger follows a later :func:`configure_logging`.
     """
+    import structlog
+
+    _ensure_configured()
     # The name travels as a logger factory argument: binding it as a field would build
     # the bound logger now, from the configuration of now.
     logger: FilteringBoundLogger = (
@@ -147,23 +197,20 @@ def get_logger(name: str | None = None) -> FilteringBoundLogger:
     return logger
 
 
-class _NamedPrintLogger(structlog.PrintLogger):
-    """structlog's PrintLogger, remembering the name given to :func:`get_logger`."""
-
-    def __init__(self, file: TextIO, name: str | None) -> None:
-        super().__init__(file)
-        self.name = name
-
-
 @dataclass(frozen=True, slots=True)
 class _LoggerFactory:
     """Makes the output logger of each log call; ``args`` are :func:`get_logger`'s."""
 
     file: TextIO
 
-    def __call__(self, *args: Any) -> _NamedPrintLogger:
-        name = args[0] if args and isinstance(args[0], str) else None
-        return _NamedPrintLogger(self.file, name)
+    def __call__(self, *args: Any) -> structlog.PrintLogger:
+        import structlog
+
+        # structlog's PrintLogger, remembering the name given to get_logger (for
+        # add_logger_name); an attribute, not a subclass, so structlog loads lazily.
+        logger = structlog.PrintLogger(self.file)
+        logger.name = args[0] if args and isinstance(args[0], str) else None  # type: ignore[attr-defined]
+        return logger
 
 
 def add_logger_name(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
@@ -181,6 +228,8 @@ def bound(**fields: Any) -> Iterator[None]:
     Context-local, so concurrent runs in threads or tasks keep their own fields;
     the previous values of the same names are restored on leaving.
     """
+    from structlog.contextvars import bound_contextvars
+
     with bound_contextvars(**fields):
         yield
 

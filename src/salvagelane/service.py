@@ -756,10 +756,15 @@ class Service:
         removed = sorted(set(before) - set(after))
         self._definitions = after
         scheduler = self._scheduler
+        # What this reload scheduled, said once for the log and the console: a node that
+        # does not lead (standing by, or reloading just before it takes the lead)
+        # schedules nothing here; the lead schedules every instruction when it starts.
+        rescheduled: list[str] = []
         if scheduler is not None:
             now = self._clock()
             for instruction in changed:
                 scheduler.add_instruction(instruction)
+                rescheduled.append(instruction.id)
                 schedule = instruction.schedule
                 since = self._store.register_schedule(
                     instruction.id, cron=schedule.cron, timezone=schedule.timezone, now=now
@@ -769,18 +774,23 @@ class Service:
             for instruction_id in removed:
                 scheduler.remove_instruction(instruction_id)
                 self._settled.pop(instruction_id, None)
+        kept = list(found.kept)
         log.info(
             "definitions.reloaded",
-            scheduled=sorted(after),
-            rescheduled=sorted(i.id for i in changed),
+            instructions=sorted(after),
+            scheduled=sorted(after) if scheduler is not None else [],
+            rescheduled=sorted(rescheduled),
             updated=sorted(updated),
             removed=removed,
-            kept_previous=list(found.kept),
+            kept_previous=kept,
         )
+        counts = f"{len(updated)} changed, "
+        if scheduler is not None:
+            counts += f"{len(rescheduled)} (re)scheduled, "
+        counts += f"{len(removed)} removed, {len(kept)} kept at their previous version"
         self._announce(
-            f"reloaded: {len(after)} instruction(s); {len(updated)} changed, "
-            f"{len(changed)} (re)scheduled, {len(removed)} removed, "
-            f"{len(found.kept)} kept at their previous version"
+            f"reloaded: {len(after)} instruction(s); {counts}"
+            + ("" if scheduler is not None else "; scheduled when this node leads")
         )
 
     def _report_problems(self, found: DefinitionSet) -> None:

@@ -134,6 +134,81 @@ def test_batch_writes_one_line_per_input_line_in_order() -> None:
     assert out[3]["status"] == "failed"
 
 
+def test_batch_summary_prints_a_line_per_input_line_and_the_totals() -> None:
+    """Issue 13: --batch --summary printed JSON lines, silently ignoring --summary."""
+    lines = [
+        {"raw": '{"items": [{"a": 1}, {"a": 2}]}', "finish_reason": "stop"},
+        {"raw": '{"items": [{"a": 1}, {"a": 2', "finish_reason": "max_tokens"},
+        "not an object",
+        {"raw": "nothing", "finish_reason": None},
+    ]
+    stdin = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    schema = ROOT / "tests" / "fixtures" / "schemas" / "any-object.schema.json"
+    proc = run_cli(
+        "salvage", "--schema", str(schema), "--items", "items", "--batch", "--summary", stdin=stdin
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.decode().splitlines() == [
+        "line 1     ok       accepted 2 of 2 candidates, quarantined 0",
+        "line 2     partial  accepted 1 of 2 candidates, quarantined 1 (truncated: 1); "
+        "output truncated; items array not closed",
+        'line 3     error    expected a JSON object {"raw": string, "finish_reason": string|null}',
+        "line 4     failed   accepted 0 of 0 candidates, quarantined 0; "
+        "items array 'items' not found",
+        "total      4 line(s): 1 ok, 1 partial, 1 failed, 1 unreadable; "
+        "accepted 3 of 4 candidates, quarantined 1 (truncated: 1)",
+    ]
+
+
+def test_bytes_that_are_not_utf8_are_named_as_bytes_with_their_offset(tmp_path: Path) -> None:
+    """Issue 13: a Latin-1 0xE9 in model output read "lone surrogate U+DCE9" (the text is
+    decoded with surrogateescape); input files said "not UTF-8 text (byte 6)"."""
+    schema = tmp_path / "any.schema.json"
+    schema.write_text('{"type": "object"}', encoding="utf-8")
+    output = tmp_path / "raw.txt"
+    output.write_bytes(b'[{"id": 1, "t": "caf\xe9"}, {"id": 2}]')
+
+    summary = run_cli("salvage", "--schema", str(schema), "--items", "", "--summary", str(output))
+    assert summary.returncode == 0, summary.stderr
+    text = summary.stdout.decode()
+    assert (
+        "item 0: malformed at $.t: expected a string of valid UTF-8, "
+        "received byte 0xE9 at offset 20"
+    ) in text
+    assert "surrogate" not in text.lower()
+    assert "accepted     1 of 2 candidates" in text  # the same verdict as before
+
+    as_json = run_cli("salvage", "--schema", str(schema), "--items", "", str(output))
+    (quarantined,) = json.loads(as_json.stdout)["quarantined"]
+    assert quarantined["error"]["code"] == "invalid_utf8"
+
+    allow = tmp_path / "allowed.txt"
+    allow.write_bytes(b"ok\ncaf\xe9\n")
+    refused = run_cli(
+        "salvage", "--schema", str(schema), "--items", "", f"--allow=t={allow}", str(output)
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.decode() == (
+        f"salvagelane: error: allow-list {allow}: not UTF-8 text: "
+        "byte 0xE9 at offset 6 is not valid UTF-8\n"
+    )
+
+    latin_schema = tmp_path / "latin.schema.json"
+    latin_schema.write_bytes(b'{"description": "caf\xe9"}')
+    refused = run_cli("salvage", "--schema", str(latin_schema), "--items", "", str(output))
+    assert refused.returncode == 2
+    assert "not UTF-8 text: byte 0xE9 at offset 20 is not valid UTF-8" in refused.stderr.decode()
+
+    definitions = tmp_path / "instructions"
+    definitions.mkdir()
+    (definitions / "latin.yaml").write_bytes(b"id: latin\ndescription: caf\xe9\n")
+    checked = run_cli("check", str(definitions))
+    assert checked.returncode == 1
+    assert "expected UTF-8 text: byte 0xE9 at offset 26 is not valid UTF-8" in (
+        checked.stdout.decode()
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

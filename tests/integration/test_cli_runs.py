@@ -256,3 +256,42 @@ def test_runs_redeliver_sends_the_stored_report_again(tmp_path: Path) -> None:
     )
     assert current.returncode == 2
     assert "defines no sinks (its current definition)" in current.stderr
+
+
+def test_sink_targets_are_shown_as_the_file_the_report_went_to(tmp_path: Path) -> None:
+    """Issue 13: ``run``, its log and ``runs show`` showed ``{instruction}-{run_id}.json``."""
+    database = f"sqlite:///{tmp_path / 'runs.db'}"
+    shutil.copytree(ROOT / "instructions", tmp_path / "instructions")
+    shutil.copytree(ROOT / "schemas", tmp_path / "schemas")
+    definition = tmp_path / "instructions" / "daily-triage.yaml"
+    template = tmp_path / "out" / "{instruction}-{run_id}.json"
+    text = definition.read_text(encoding="utf-8")
+    definition.write_text(
+        text.replace(
+            "\nretry:\n", f"\nsinks:\n  - kind: json_file\n    path: {template}\nretry:\n"
+        ),
+        encoding="utf-8",
+    )
+    instructions = ("--instructions", str(tmp_path / "instructions"))
+    run = salvagelane(
+        "--log-format", "json", "run", "daily-triage", "--replay", str(FIXTURE), *instructions,
+        database=database,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    run_id = dict(line.split(None, 1) for line in run.stdout.splitlines())["run"].split()[0]
+    written = tmp_path / "out" / f"daily-triage-{run_id}.json"
+    assert written.is_file()
+    assert f"sink         json_file {written}: delivered" in run.stdout.splitlines()
+    (event,) = [
+        e for e in map(json.loads, run.stderr.splitlines()) if e["event"].startswith("sink")
+    ]
+    assert (event["event"], event["target"]) == ("sink.delivered", str(written))
+
+    shown = salvagelane("runs", "show", run_id, database=database)
+    assert f"  #1 json_file {written}" in shown.stdout.splitlines()
+    as_json = json.loads(salvagelane("runs", "show", run_id, "--json", database=database).stdout)
+    assert [d["target"] for d in as_json["deliveries"]] == [str(written)]
+    again = salvagelane("runs", "redeliver", run_id, *instructions, database=database)
+    assert again.stdout == f"json_file  {written}  delivered\n"
+    for output in (run.stdout, run.stderr, shown.stdout, again.stdout):
+        assert "{run_id}" not in output

@@ -18,11 +18,13 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from _cli import FIXTURE, ROOT
+from structlog.testing import capture_logs
 
 from salvagelane.connectors import ReplayConnector
 from salvagelane.definitions import Instruction, load_instruction
 from salvagelane.delivery import (
     DeliveryPolicy,
+    deliver_report,
     pending_deliveries,
     redeliver_due,
     redeliver_open,
@@ -31,7 +33,7 @@ from salvagelane.delivery import (
 from salvagelane.errors import ConfigurationError, NotFoundError, StoreError
 from salvagelane.executor import Executor
 from salvagelane.service import ServeSettings, Service
-from salvagelane.sinks import CallableSink, Sink, build_sinks
+from salvagelane.sinks import CallableSink, JsonFileSink, Sink, build_sinks, run_address
 from salvagelane.store import (
     ClaimedDelivery,
     DeliveryRun,
@@ -73,8 +75,11 @@ def finished_run(
     *,
     now: datetime = NOW,
     instruction_id: str = "daily-triage",
+    fill_in: bool = True,
 ) -> tuple[str, list[ClaimedDelivery]]:
-    """A run finished at ``now`` with a one-item report and a pending delivery per sink."""
+    """A run finished at ``now`` with a one-item report and a pending delivery per sink;
+    ``fill_in=False`` records target templates as they are, as versions before issue 13
+    did."""
     run_id = store.start_run(
         instruction_id=instruction_id,
         definition_sha256="d" * 64,
@@ -106,7 +111,12 @@ def finished_run(
         error=None,
         report=_report(attempt_id),
         quarantined=[],
-        deliveries=pending_deliveries(sinks, now=now, policy=POLICY),
+        deliveries=pending_deliveries(
+            sinks,
+            now=now,
+            policy=POLICY,
+            address=run_address(run_id, instruction_id) if fill_in else None,
+        ),
     )
     return run_id, claims
 
@@ -471,6 +481,63 @@ def test_redelivery_by_hand_takes_every_undelivered_one_but_skips_an_unknown_sin
     (unknown,) = store.get_run(unknown_run).deliveries
     assert (unknown.status, unknown.attempts, unknown.error) == ("pending", 1, None)
     assert sorted(p["run_id"] for p in consumer) == sorted([given_up_run, pending_run])
+
+
+# --- targets ----------------------------------------------------------------------------------
+
+
+def test_a_file_delivery_is_recorded_logged_and_retried_under_the_file_it_writes(
+    store: Store, tmp_path: Path
+) -> None:
+    """Issue 13: deliveries were recorded and logged as the unexpanded template
+    (``{instruction}-{run_id}.json``), not the file the report went to."""
+    blocker = tmp_path / "out"
+    blocker.write_text("a file where the sink wants a directory", encoding="utf-8")
+    sink = JsonFileSink(blocker / "{instruction}-{run_id}.json")
+    run_id, [claim] = finished_run(store, [sink])
+    written = blocker / f"daily-triage-{run_id}.json"
+    assert claim.target == str(written)
+
+    with capture_logs() as logs:
+        [failed] = redeliver_due(
+            store, sinks_for_run=sinks_of(sink), now=NOW + timedelta(seconds=600), policy=POLICY
+        )
+        blocker.unlink()
+        [delivered] = redeliver_due(
+            store, sinks_for_run=sinks_of(sink), now=NOW + timedelta(days=1), policy=POLICY
+        )
+
+    assert (failed.status, failed.target) == ("failed", str(written))
+    assert (delivered.status, delivered.target) == ("delivered", str(written))
+    assert written.is_file()
+    assert [(e["event"], e["target"]) for e in logs if e["event"].startswith("sink.")] == [
+        ("sink.failed", str(written)),
+        ("sink.delivered", str(written)),
+    ]
+    assert [d.target for d in store.get_run(run_id).deliveries] == [str(written)]
+    # By hand, to the same file: a new delivery under the same name.
+    [again] = deliver_report(store, run_id, [sink])
+    assert (again.target, again.ok) == (str(written), True)
+    assert [d.target for d in store.get_run(run_id).deliveries] == [str(written)] * 2
+
+
+def test_a_delivery_recorded_under_its_template_is_still_found(
+    store: Store, tmp_path: Path
+) -> None:
+    template = tmp_path / "{instruction}-{run_id}.json"
+    sink = JsonFileSink(template)
+    first, _ = finished_run(store, [sink], fill_in=False)
+    assert [d.target for d in store.get_run(first).deliveries] == [str(template)]
+
+    [result] = list(redeliver_open(store, sinks_for_run=sinks_of(sink), policy=POLICY))
+    assert (result.delivery.run_id, result.ok) == (first, True)
+    assert (tmp_path / f"daily-triage-{first}.json").is_file()
+    second, _ = finished_run(store, [sink], fill_in=False)
+    # The undelivered one is claimed in place, not doubled by a new delivery.
+    [outcome] = deliver_report(store, second, [sink])
+    assert outcome.target == str(tmp_path / f"daily-triage-{second}.json")
+    [delivery] = store.get_run(second).deliveries
+    assert (delivery.status, delivery.attempts) == ("delivered", 2)
 
 
 # --- claims -----------------------------------------------------------------------------------

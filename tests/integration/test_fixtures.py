@@ -264,7 +264,7 @@ def test_capture_keeps_crlf_and_bytes_that_are_not_utf8(database_url: str, tmp_p
     expected = json.loads((fixture / "expected.json").read_text(encoding="utf-8"))
     assert [item["index"] for item in expected["items"]] == [0, 2, 3, 4, 5, 6]
     assert [(q["index"], q["reason"]) for q in expected["quarantined"]] == [
-        (1, "malformed"),  # the strict decoder refuses the lone surrogate the byte became
+        (1, "malformed"),  # the strict parse refuses the byte that is not UTF-8
         (7, "truncated"),
     ]
     same = salvagelane("replay", str(fixture), "--json", database=database_url)

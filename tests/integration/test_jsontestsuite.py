@@ -74,7 +74,7 @@ def has_duplicate_keys(text: str) -> bool:
 
 
 # The strict parse refuses these in items, on purpose (ADR 0001), even in valid JSON.
-POLICY_CODES = {"nul_character", "lone_surrogate", "non_finite", "number_too_long"}
+POLICY_CODES = {"nul_character", "lone_surrogate", "invalid_utf8", "non_finite", "number_too_long"}
 
 
 def check_result(result: SalvageResult, raw: str) -> None:

@@ -458,3 +458,95 @@ def test_reloading_drops_a_definition_whose_file_is_gone(project: Path) -> None:
     (directory / "daily-triage.yaml").unlink()
 
     assert load_definitions(directory, first.instructions).instructions == {}
+
+
+# --- what a reload says ---------------------------------------------------------------------
+
+
+def test_a_takeover_says_on_the_console_what_its_log_says(project: Path, store: Store) -> None:
+    """Issue 13: a standby taking over reloads its definitions first. The console said
+    "0 (re)scheduled" while the ``definitions.reloaded`` event listed the instruction as
+    ``scheduled``, though that reload scheduled nothing (the lead that follows does)."""
+    other_node = leader_lock_for(store.url)
+    assert other_node.try_acquire()
+    announced: list[str] = []
+    service = Service(
+        ServeSettings(instructions_dir=project / "instructions", standby=True, poll_seconds=0.05),
+        store=store,
+        lock=leader_lock_for(store.url),
+        connector_for=lambda instruction: ReplayConnector(FIXTURE),
+        sinks_for=lambda instruction: (),
+        announce=announced.append,
+    )
+    service.load()
+    serving = threading.Thread(target=service.serve, daemon=True)
+    with capture_logs() as logs:
+        serving.start()
+        try:
+            _wait_for_line(announced, "standby:", serving)
+            other_node.release()
+            _wait_for_line(announced, "leader:", serving)
+        finally:
+            service.request_stop("test over")
+            serving.join(30)
+    assert not serving.is_alive()
+
+    (reloaded,) = [line for line in announced if line.startswith("reloaded:")]
+    (event,) = [e for e in logs if e["event"] == "definitions.reloaded"]
+    # The reload happened before the node led: it scheduled nothing, and both say so.
+    assert event["scheduled"] == []
+    assert event["rescheduled"] == []
+    assert event["instructions"] == ["daily-triage"]
+    assert reloaded == (
+        "reloaded: 1 instruction(s); 0 changed, 0 removed, 0 kept at their previous version; "
+        "scheduled when this node leads"
+    )
+    # Then the lead schedules every instruction, on the console and in the log alike.
+    leader = next(line for line in announced if line.startswith("leader:"))
+    assert leader.startswith("leader: scheduling 1 instruction(s)")
+    (acquired,) = [e for e in logs if e["event"] == "leader.acquired"]
+    assert acquired["instructions"] == 1
+    assert announced.index(reloaded) < announced.index(leader)
+
+
+def test_a_reload_while_leading_lists_what_it_scheduled(project: Path, store: Store) -> None:
+    announced: list[str] = []
+    service = Service(
+        ServeSettings(instructions_dir=project / "instructions", poll_seconds=0.05),
+        store=store,
+        lock=leader_lock_for(store.url),
+        connector_for=lambda instruction: ReplayConnector(FIXTURE),
+        sinks_for=lambda instruction: (),
+        announce=announced.append,
+    )
+    service.load()
+    serving = threading.Thread(target=service.serve, daemon=True)
+    with capture_logs() as logs:
+        serving.start()
+        try:
+            _wait_for_line(announced, "leader:", serving)
+            edit(project, 'cron: "20 5 * * *"', 'cron: "25 5 * * *"')
+            service.request_reload()
+            _wait_for_line(announced, "reloaded:", serving)
+        finally:
+            service.request_stop("test over")
+            serving.join(30)
+    assert not serving.is_alive()
+
+    (reloaded,) = [line for line in announced if line.startswith("reloaded:")]
+    (event,) = [e for e in logs if e["event"] == "definitions.reloaded"]
+    assert event["scheduled"] == ["daily-triage"]
+    assert event["rescheduled"] == ["daily-triage"]
+    assert event["updated"] == ["daily-triage"]
+    assert reloaded == (
+        "reloaded: 1 instruction(s); 1 changed, 1 (re)scheduled, 0 removed, "
+        "0 kept at their previous version"
+    )
+
+
+def _wait_for_line(announced: list[str], prefix: str, serving: threading.Thread) -> None:
+    deadline = time.monotonic() + 30
+    while not any(line.startswith(prefix) for line in announced):
+        assert serving.is_alive(), announced
+        assert time.monotonic() < deadline, announced
+        time.sleep(0.01)

@@ -357,7 +357,10 @@ def test_deliver_all_tries_every_sink_and_reports_each_outcome(tmp_path: Path) -
             "RuntimeError: downstream refused run 2026-11-21T0700-ab12",
         ),
         DeliveryOutcome(target="broken://sink", kind="broken", ok=False, error="KeyError: 'items'"),
-        DeliveryOutcome(target=str(tmp_path / "{run_id}.json"), kind="json_file", ok=True),
+        # Where the report went, not the template.
+        DeliveryOutcome(
+            target=str(tmp_path / "2026-11-21T0700-ab12.json"), kind="json_file", ok=True
+        ),
         DeliveryOutcome(target="_sink_targets:record", kind="callable", ok=True),
     ]
     assert json.loads((tmp_path / "2026-11-21T0700-ab12.json").read_text("utf-8")) == PAYLOAD

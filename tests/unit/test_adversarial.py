@@ -602,11 +602,16 @@ def test_cli_hostile_bytes(repo_root: Path, tmp_path: Path) -> None:
     assert [q["index"] for q in out["quarantined"]] == [0, 1, 2, 3, 4, 5]
     assert {q["reason"] for q in out["quarantined"]} == {"malformed"}
     assert [q["error"]["code"] for q in out["quarantined"]][:4] == [
-        "lone_surrogate",
+        "invalid_utf8",
         "non_finite",
         "non_finite",
         "lone_surrogate",
     ]
+    # The byte is named as the byte it was, where it was (not as "lone surrogate U+DCFF").
+    first = out["quarantined"][0]["error"]
+    # Offsets count characters, as spans do: the BOM's 3 bytes are one, the rest is ASCII.
+    at = raw.index(b"\xff") - 2
+    assert (first["path"], first["received"]) == ("$.s", f"byte 0xFF at offset {at}")
     assert out["document_valid"] is False
     assert out["status"] == "partial"
 

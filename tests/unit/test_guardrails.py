@@ -480,6 +480,41 @@ def test_first_failure_wins(c: GuardCase) -> None:
             ("lone_surrogate", "$.a", "a string of valid Unicode", "lone surrogate U+D800"),
             id="malformed-lone-surrogate",
         ),
+        # Issue 13: a byte that was not UTF-8 (decoded with surrogateescape, as the CLI
+        # and the store read output) read "lone surrogate U+DCE9".
+        pytest.param(
+            '[{"a":"caf\udce9"}]',
+            {},
+            False,
+            ("invalid_utf8", "$.a", "a string of valid UTF-8", "byte 0xE9 at offset 10"),
+            id="malformed-invalid-utf8-byte",
+        ),
+        pytest.param(
+            '[{"a":["ok",{"caf\udcff":1}],"b":"\udce9"}]',
+            {},
+            False,
+            (
+                "invalid_utf8",
+                '$.a[1]["caf\\udcff"]',
+                "a key of valid UTF-8",
+                "byte 0xFF at offset 17",
+            ),
+            id="malformed-invalid-utf8-byte-first-in-document-order",
+        ),
+        pytest.param(
+            '[{"a":\udce9}]',
+            {},
+            False,
+            ("syntax", "$", "a JSON value", "byte 0xE9, not valid UTF-8"),
+            id="malformed-invalid-utf8-byte-outside-a-string",
+        ),
+        pytest.param(
+            '[{"a":"\\udce9"}]',
+            {},
+            False,
+            ("lone_surrogate", "$.a", "a string of valid Unicode", "lone surrogate U+DCE9"),
+            id="malformed-escaped-surrogate-is-not-a-byte",
+        ),
         pytest.param(
             '[{"a":"\\u0000"}]',
             {},
@@ -526,15 +561,53 @@ def test_first_failure_wins(c: GuardCase) -> None:
             '[{"candidate":"evil"}]',
             {"allow_lists": OK_LIST},
             False,
-            ("not_allowed", "$.candidate", "one of the 1 allowed values (ok)", '"evil"'),
+            ("not_allowed", "$.candidate", 'one of the 1 allowed values ("ok")', '"evil"'),
             id="allow-list",
         ),
         pytest.param(
             '[{"candidate":["ok","evil"]}]',
             {"allow_lists": OK_LIST},
             False,
-            ("not_allowed", "$.candidate[1]", "one of the 1 allowed values (ok)", '"evil"'),
+            ("not_allowed", "$.candidate[1]", 'one of the 1 allowed values ("ok")', '"evil"'),
             id="allow-list-array-position",
+        ),
+        # Issue 13: the number 2 against the string "2" read "expected one of the 2
+        # allowed values (2, a), received 2".
+        pytest.param(
+            '[{"candidate":2}]',
+            {"allow_lists": {"candidate": frozenset({"2", "a"})}},
+            False,
+            (
+                "not_allowed",
+                "$.candidate",
+                'one of the 2 allowed values ("2", "a")',
+                "2 (a number)",
+            ),
+            id="allow-list-number-for-a-string",
+        ),
+        pytest.param(
+            '[{"candidate":["a",true]}]',
+            {"allow_lists": {"candidate": frozenset({"true", "a"})}},
+            False,
+            (
+                "not_allowed",
+                "$.candidate[1]",
+                'one of the 2 allowed values ("a", "true")',
+                "true (a boolean)",
+            ),
+            id="allow-list-boolean-for-a-string",
+        ),
+        pytest.param(
+            '[{"candidate":null}]',
+            {"allow_lists": {"candidate": frozenset({"null"})}},
+            False,
+            (
+                "not_allowed",
+                "$.candidate",
+                'one of the 1 allowed values ("null")',
+                "null (JSON null)",
+            ),
+            id="allow-list-null-for-a-string",
         ),
         pytest.param(
             '[{"rank":1},{"rank":2}]',

@@ -1,26 +1,8 @@
-"""The ``salvagelane`` command line: one module per group of commands."""
+"""The ``salvagelane`` command line: one module per group of commands, each loaded only
+when its command runs (or ``--help`` lists them)."""
 
 from __future__ import annotations
 
-from salvagelane.cli import (
-    db_commands,
-    fixture_commands,
-    quarantine_commands,
-    run_commands,
-    salvage_commands,
-    schedule_commands,
-    serve_commands,
-)
 from salvagelane.cli.app import cli, main
 
-__all__ = [
-    "cli",
-    "db_commands",
-    "fixture_commands",
-    "main",
-    "quarantine_commands",
-    "run_commands",
-    "salvage_commands",
-    "schedule_commands",
-    "serve_commands",
-]
+__all__ = ["cli", "main"]

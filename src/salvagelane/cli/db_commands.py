@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from salvagelane.cli.app import EXIT_INVALID, cli
+from salvagelane.cli.app import EXIT_INVALID
 from salvagelane.cli.run_commands import database_option
 from salvagelane.safe_text import line
 
 
-@cli.group("db")
+@click.group("db")
 def db_group() -> None:
     """The database: migrate it, see its revision, import spooled outputs."""
 

@@ -6,27 +6,22 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from salvagelane.cli.app import EXIT_INVALID, EXIT_USAGE, cli
+from salvagelane.cli.app import EXIT_INVALID, EXIT_USAGE
 from salvagelane.cli.run_commands import (
     database_option,
     instructions_option,
     json_option,
     open_store,
 )
-from salvagelane.fixtures import (
-    EXPECTED_FILE,
-    CapturedFixture,
-    FixtureReplay,
-    Replayer,
-    capture_run,
-    discover,
-    summarise,
-)
 from salvagelane.safe_text import line
 from salvagelane.tables import aligned
+
+if TYPE_CHECKING:  # the fixtures module pulls in the core and the connectors: not for --help
+    from salvagelane.fixtures import CapturedFixture, FixtureReplay, Replayer
 
 PROGRESS_THRESHOLD = 5
 """More fixtures than this get a progress bar (at a terminal): fewer finish at once."""
@@ -51,10 +46,12 @@ def replayer_for(instructions_dir: Path, *, use_current: bool = False) -> Replay
     the definition its run was made with (its ``definition.json``), or with
     ``use_current`` today's definition of its instruction, an id looked up among the
     definitions in ``instructions_dir`` only."""
+    from salvagelane.fixtures import Replayer
+
     return Replayer(instructions_dir, use_current=use_current)
 
 
-@cli.group("fixture")
+@click.group("fixture")
 def fixture_group() -> None:
     """Regression fixtures: capture a stored run's raw output and its outcome."""
 
@@ -81,6 +78,8 @@ def capture_command(
     schemas, allow-lists and context files it names). Replay it with: salvagelane
     replay DIR.
     """
+    from salvagelane.fixtures import capture_run
+
     with open_store(database) as store:
         captured = capture_run(store, run_id, attempt, to, force=force)
     echo_captured(captured)
@@ -113,7 +112,7 @@ def echo_captured(captured: CapturedFixture) -> None:
     )
 
 
-@cli.command("replay")
+@click.command("replay")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option(
     "--use-current",
@@ -126,7 +125,7 @@ def echo_captured(captured: CapturedFixture) -> None:
 @click.option(
     "--update",
     is_flag=True,
-    help=f"Rewrite {EXPECTED_FILE} of every fixture that differs (or has none) with "
+    help="Rewrite expected.json of every fixture that differs (or has none) with "
     "today's outcome.",
 )
 @json_option
@@ -153,6 +152,8 @@ def replay_command(
     definition.json without --use-current, a definition.json naming a context callable
     the definition in --instructions does not): the others are still replayed.
     """
+    from salvagelane.fixtures import discover, summarise
+
     directories = discover(paths)
     replayer = replayer_for(instructions_dir, use_current=use_current)
     replays: list[FixtureReplay] = []
@@ -181,6 +182,8 @@ def _shown(directory: Path | None) -> str | None:
 
 def render_replays(replays: Sequence[FixtureReplay], counts: dict[str, int]) -> str:
     """One line per fixture, each difference or error indented under it, then totals."""
+    from salvagelane.fixtures import EXPECTED_FILE
+
     header = ("FIXTURE", "INSTRUCTION", "STATUS", "RESULT")
     rows = [
         (

@@ -9,7 +9,6 @@ no report), or bad options.
 from __future__ import annotations
 
 import getpass
-import hashlib
 import io
 import json
 import os
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import click
 
 from salvagelane.cli import render
-from salvagelane.cli.app import EXIT_INVALID, cli
+from salvagelane.cli.app import EXIT_INVALID
 from salvagelane.cli.fixture_commands import destination_options, echo_captured
 from salvagelane.cli.render import to_json, when
 from salvagelane.cli.run_commands import (
@@ -33,16 +32,15 @@ from salvagelane.cli.run_commands import (
     parse_fire_time,
 )
 from salvagelane.cli.versions import use_current_option
-from salvagelane.core.records import CorrectionSignal
-from salvagelane.fixtures import capture_run
 from salvagelane.safe_text import block, line, one_line
-from salvagelane.store.records import InputDigest
-from salvagelane.store.review import INPUT_HEAD_BYTES, REVIEW_STATUSES
 from salvagelane.tables import aligned
+from salvagelane.vocabulary import ReviewStatus
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported inside the commands: `--help` must not load the store or core
     from salvagelane.core import AcceptedItem, SalvagePolicy
+    from salvagelane.core.records import CorrectionSignal
     from salvagelane.store import QuarantineDetail, QuarantineFilter, QuarantineView
+    from salvagelane.store.records import InputDigest
 
 _ERROR_WIDTH = 70
 _SNIPPET_WIDTH = 40
@@ -79,7 +77,7 @@ by_option = click.option(
 )
 
 
-@cli.group("quarantine")
+@click.group("quarantine")
 def quarantine_group() -> None:
     """Review quarantined items: list, show, approve, reject, annotate."""
 
@@ -89,7 +87,7 @@ def quarantine_group() -> None:
 @click.option("--reason", metavar="REASON", help="Only this reason (e.g. schema, truncated).")
 @click.option(
     "--status",
-    type=click.Choice(REVIEW_STATUSES),
+    type=click.Choice([status.value for status in ReviewStatus]),
     help="Only this review status (default: all but superseded).",
 )
 @click.option(
@@ -230,6 +228,8 @@ def quarantine_export_command(
     """Write a regression fixture of the model output quarantined item ID came from (its
     run and attempt), as `salvagelane fixture capture` does. Replay it with
     `salvagelane replay DIR`."""
+    from salvagelane.fixtures import capture_run
+
     with open_store(database) as store:
         held = store.quarantine.get_quarantine(quarantine_id)
         captured = capture_run(store, held.run_id, held.attempt_number, to, force=force)
@@ -382,6 +382,11 @@ _CHUNK = 1 << 16
 def read_bounded(stream: BinaryIO, cap: int) -> _OperatorInput:
     """Read ``stream`` to its end, hashing all of it but holding at most ``cap`` bytes:
     an input over the cap comes back without data, only its size, hash and first bytes."""
+    import hashlib  # here, not at the top: _hashlib costs every start about 4 ms
+
+    from salvagelane.store.records import InputDigest
+    from salvagelane.store.review import INPUT_HEAD_BYTES
+
     digest = hashlib.sha256()
     kept = bytearray()
     size = 0
@@ -412,6 +417,8 @@ def _judge(
     """The guardrails' verdict on the operator's item, as on a model's: an input over the
     byte cap is refused unread, as model output over it is never scanned."""
     from salvagelane.core import QuarantinedItem, check_item
+    from salvagelane.core.records import CorrectionSignal
+    from salvagelane.store.review import INPUT_HEAD_BYTES
 
     cap = policy.guardrails.max_bytes
     if given.data is None:
@@ -460,8 +467,10 @@ def _decoded(data: bytes, path: Path | None) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
+        from salvagelane.errors import not_utf8
+
         where = str(path) if path is not None else "the corrected item"
-        raise click.FileError(where, hint=f"not UTF-8 text: {exc}") from exc
+        raise click.FileError(where, hint=f"not UTF-8 text: {not_utf8(exc)}") from exc
 
 
 def _refused(quarantine_id: int, refusal: _Refusal, *, as_json: bool) -> None:

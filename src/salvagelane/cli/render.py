@@ -6,14 +6,16 @@ import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from salvagelane.delivery import Redelivery
 from salvagelane.errors import NotFoundError
 from salvagelane.safe_text import line, one_line
-from salvagelane.sinks import DeliveryOutcome
-from salvagelane.store import AttemptView, RunDetail, RunSummary, SinkDeliveryView
 from salvagelane.tables import aligned
+
+if TYPE_CHECKING:  # annotations only: rendering must not pull in the store or httpx
+    from salvagelane.delivery import Redelivery
+    from salvagelane.sinks import DeliveryOutcome
+    from salvagelane.store import AttemptView, RunDetail, RunSummary, SinkDeliveryView
 
 _ITEM_WIDTH = 110
 _SNIPPET_WIDTH = 90

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from salvagelane.cli import render
-from salvagelane.cli.app import EXIT_INVALID, cli
+from salvagelane.cli.app import EXIT_INVALID
 from salvagelane.cli.versions import use_current_option
 from salvagelane.errors import NotFoundError, SalvagelaneError
 from salvagelane.safe_text import block, line
@@ -112,7 +112,7 @@ def instruction_from_argument(reference: str, directory: Path) -> Instruction:
     return instruction_by_id(reference, directory)
 
 
-@cli.command("run")
+@click.command("run")
 @click.argument("instruction")
 @click.option(
     "--replay",
@@ -303,7 +303,7 @@ def _report_duplicate(
     )
 
 
-@cli.group("runs")
+@click.group("runs")
 def runs_group() -> None:
     """Stored runs: list them, show one, deliver one again."""
 

@@ -10,27 +10,22 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from salvagelane.cli.app import EXIT_INVALID, cli
-from salvagelane.core import (
-    Guardrails,
-    SalvagePolicy,
-    SalvageResult,
-    parse_items_path,
-    salvage,
-)
+from salvagelane.cli.app import EXIT_INVALID
 from salvagelane.errors import (
     ConfigurationError,
     DefinitionError,
     ItemsPathError,
 )
-from salvagelane.loading import load_allow_list, load_item_schema, read_raw
 from salvagelane.safe_text import line, one_line
 
-if TYPE_CHECKING:  # imported lazily at run time: Jinja2 is slow to import
+if TYPE_CHECKING:  # imported when a command runs: `--help` must not pay for jsonschema, Jinja2
+    from salvagelane.core import SalvagePolicy, SalvageResult
     from salvagelane.definitions import ContextSource
 
 
 def _parse_allow(values: tuple[str, ...]) -> dict[str, frozenset[str]]:
+    from salvagelane.loading import load_allow_list
+
     lists: dict[str, frozenset[str]] = {}
     for spec in values:
         field_name, sep, file_name = spec.partition("=")
@@ -41,6 +36,8 @@ def _parse_allow(values: tuple[str, ...]) -> dict[str, frozenset[str]]:
 
 
 def _items_path(dotted: str) -> tuple[str, ...]:
+    from salvagelane.core import parse_items_path
+
     path = parse_items_path(dotted)
     if any(not part for part in path):
         raise ItemsPathError(
@@ -49,7 +46,7 @@ def _items_path(dotted: str) -> tuple[str, ...]:
     return path
 
 
-@cli.command("salvage")
+@click.command("salvage")
 @click.argument(
     "file", required=False, type=click.Path(dir_okay=False, path_type=Path, allow_dash=True)
 )
@@ -116,7 +113,12 @@ def _items_path(dotted: str) -> tuple[str, ...]:
     help='Read JSON Lines of {"raw": ..., "finish_reason": ...} from stdin; '
     "write one result line per input line.",
 )
-@click.option("--summary", is_flag=True, help="Print a short human summary instead of JSON.")
+@click.option(
+    "--summary",
+    is_flag=True,
+    help="Print a short human summary instead of JSON (with --batch: a line per input "
+    "line, then the totals).",
+)
 def salvage_command(
     file: Path | None,
     schema_path: Path,
@@ -138,6 +140,9 @@ def salvage_command(
     Exit 0 whenever input was processed, partial or not; 2 for unusable options,
     schema or allow-list files.
     """
+    from salvagelane.core import Guardrails, SalvagePolicy, salvage
+    from salvagelane.loading import load_item_schema, read_raw
+
     if batch and file is not None:
         raise ConfigurationError("--batch reads stdin: do not give FILE as well")
     policy = SalvagePolicy(
@@ -154,7 +159,7 @@ def salvage_command(
         ),
     )
     if batch:
-        _run_batch(policy)
+        _run_batch(policy, summary=summary)
         return
     raw = read_raw(None if file is None or str(file) == "-" else file, sys.stdin.buffer)
     result = salvage(raw, policy, finish_reason=finish_reason)
@@ -167,7 +172,7 @@ def salvage_command(
         click.echo(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
-@cli.command("check")
+@click.command("check")
 @click.argument(
     "directory",
     required=False,
@@ -241,26 +246,88 @@ def _callables(sources: Sequence[ContextSource]) -> str:
     return f"{noun} {named}"
 
 
-def _run_batch(policy: SalvagePolicy) -> None:
+_BATCH_LINE_ERROR = 'expected a JSON object {"raw": string, "finish_reason": string|null}'
+
+
+def _run_batch(policy: SalvagePolicy, *, summary: bool = False) -> None:
+    """One result per input line: a JSON line, or with ``summary`` one human line, and a
+    total at the end (a batch is read as a whole: how many went how)."""
+    from salvagelane.core import salvage
+
     out = sys.stdout
+    totals = _BatchTotals()
     for number, given in enumerate(sys.stdin.buffer, start=1):
         text = given.decode("utf-8", "surrogateescape").strip()
         if not text:
             continue
-        record: Any
+        result: SalvageResult | None = None
         try:
             request = json.loads(text)
             raw, finish = request["raw"], request.get("finish_reason")
             if not isinstance(raw, str) or not (finish is None or isinstance(finish, str)):
                 raise TypeError
-            record = salvage(raw, policy, finish_reason=finish).to_json()
+            result = salvage(raw, policy, finish_reason=finish)
         except (ValueError, KeyError, TypeError, AttributeError):
-            record = {
-                "line": number,
-                "error": 'expected a JSON object {"raw": string, "finish_reason": string|null}',
-            }
+            result = None
+        if summary:
+            out.write(totals.add(number, result) + "\n")
+            continue
+        record: Any = (
+            {"line": number, "error": _BATCH_LINE_ERROR} if result is None else result.to_json()
+        )
         out.write(json.dumps(record, ensure_ascii=True, allow_nan=False) + "\n")
+    if summary:
+        out.write(totals.render() + "\n")
     out.flush()
+
+
+class _BatchTotals:
+    """The ``--batch --summary`` lines: one per input line, then the totals."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.by_status: dict[str, int] = {}
+        self.unreadable = 0
+        self.candidates = 0
+        self.accepted = 0
+        self.by_reason: dict[str, int] = {}
+
+    def add(self, number: int, result: SalvageResult | None) -> str:
+        self.lines += 1
+        if result is None:
+            self.unreadable += 1
+            return f"line {number:<5} {'error':<8} {_BATCH_LINE_ERROR}"
+        counts = result.counts()
+        status = str(result.status)
+        self.by_status[status] = self.by_status.get(status, 0) + 1
+        self.candidates += counts["candidates"]
+        self.accepted += counts["accepted"]
+        for reason, count in counts["by_reason"].items():
+            self.by_reason[reason] = self.by_reason.get(reason, 0) + count
+        text = f"line {number:<5} {line(status):<8} " + _figures(
+            counts["accepted"], counts["candidates"], counts["by_reason"]
+        )
+        if result.truncated:
+            text += "; output truncated"
+        return "; ".join([text, *(line(note) for note in result.notes)])
+
+    def render(self) -> str:
+        statuses = [
+            f"{self.by_status[s]} {s}" for s in ("ok", "partial", "failed") if s in self.by_status
+        ]
+        if self.unreadable:
+            statuses.append(f"{self.unreadable} unreadable")
+        return f"total      {self.lines} line(s): {', '.join(statuses) or 'none'}; " + _figures(
+            self.accepted, self.candidates, self.by_reason
+        )
+
+
+def _figures(accepted: int, candidates: int, by_reason: dict[str, int]) -> str:
+    quarantined = sum(by_reason.values())
+    reasons = ", ".join(f"{line(k)}: {v}" for k, v in by_reason.items())
+    return f"accepted {accepted} of {candidates} candidates, quarantined {quarantined}" + (
+        f" ({reasons})" if reasons else ""
+    )
 
 
 def render_summary(result: SalvageResult) -> str:

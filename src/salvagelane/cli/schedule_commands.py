@@ -7,11 +7,10 @@ from pathlib import Path
 
 import click
 
-from salvagelane.cli.app import cli
 from salvagelane.cli.run_commands import instructions_option
 
 
-@cli.command("schedule")
+@click.command("schedule")
 @instructions_option
 def schedule_command(instructions_dir: Path) -> None:
     """Print every instruction's cron, time zone and next fire time (UTC and local).

@@ -10,14 +10,13 @@ from types import FrameType
 
 import click
 
-from salvagelane.cli.app import cli
 from salvagelane.cli.run_commands import database_option, instructions_option, recover_spooled
 from salvagelane.safe_text import block
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-@cli.command("serve")
+@click.command("serve")
 @instructions_option
 @database_option
 @click.option(

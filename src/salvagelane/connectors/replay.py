@@ -11,7 +11,7 @@ from typing import Any
 
 from salvagelane.connectors.base import Completion, CompletionRequest
 from salvagelane.core.finish import FinishReason, canonical_finish_reason
-from salvagelane.errors import ConnectorError, InputError
+from salvagelane.errors import ConnectorError, InputError, not_utf8
 
 MAX_FIXTURE_FILE_BYTES = 256 * 1024 * 1024
 """Largest ``raw.txt`` or ``expected.json`` a fixture may hold: what reading one costs is
@@ -150,7 +150,7 @@ def read_fixture_json(path: Path, *, limit: int = MAX_FIXTURE_FILE_BYTES) -> Any
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"fixture file {path}: not UTF-8 text (byte {exc.start})") from exc
+        raise InputError(f"fixture file {path}: not UTF-8 text: {not_utf8(exc)}") from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -218,19 +218,34 @@ def check_allow_lists(review: Review, ctx: ChainContext) -> Review | Rejection:
             if isinstance(element, str) and element in allowed:
                 continue
             path = "$." + field_path + (f"[{position}]" if isinstance(value, list) else "")
-            preview = ", ".join(sorted(allowed)[:_ALLOW_LIST_PREVIEW])
+            # Values as JSON, so that the string "2" and the number 2 never read alike.
+            preview = ", ".join(describe(v) for v in sorted(allowed)[:_ALLOW_LIST_PREVIEW])
             if len(allowed) > _ALLOW_LIST_PREVIEW:
                 preview += ", ..."
+            received = describe(element)
+            if not isinstance(element, str):
+                received += f" ({_JSON_TYPE_NAMES.get(type(element), 'not a string')})"
             return Rejection(
                 reason=Reason.ALLOW_LIST,
                 signal=CorrectionSignal(
                     code="not_allowed",
                     path=path,
                     expected=f"one of the {len(allowed)} allowed values ({preview})",
-                    received=describe(element),
+                    received=received,
                 ),
             )
     return review
+
+
+_JSON_TYPE_NAMES: dict[type, str] = {
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "JSON null",
+    dict: "an object",
+    list: "an array",
+}
+"""How a received value that cannot be on an allow-list (every entry is a string) is named."""
 
 
 ITEM_CHAIN: tuple[Step, ...] = (

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from salvagelane.core import lexis
 from salvagelane.core.finish import FinishReason, canonical_finish_reason
@@ -43,15 +44,53 @@ from salvagelane.core.scanner import (
 )
 from salvagelane.core.schema import ItemSchema
 from salvagelane.core.strict import Parsed, is_strict_document, parse_item
+from salvagelane.errors import ItemsPathError
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, init=False)
 class SalvagePolicy:
-    """What a report must look like: where its items are, their schema, the limits."""
+    """What a report must look like: where its items are, their schema, the limits.
 
-    items_path: ItemsPath = ()
-    item_schema: ItemSchema | None = None
-    guardrails: Guardrails = field(default_factory=Guardrails)
+    ``items_path`` is the dotted path as a definition writes it (``"data.items"``) or the
+    keys themselves (``("data", "items")``, for a key that holds a dot); ``()``, the
+    default, when the report is the array itself.
+    """
+
+    items_path: ItemsPath
+    item_schema: ItemSchema | None
+    guardrails: Guardrails
+
+    # A hand-written __init__ so that the field stays a tuple of keys for every reader
+    # while callers may pass the dotted string: a bare str is a Sequence[str] too, and
+    # taken as one would be a path of one-character keys that silently finds nothing.
+    def __init__(
+        self,
+        *,
+        items_path: str | Sequence[str] = (),
+        item_schema: ItemSchema | None = None,
+        guardrails: Guardrails | None = None,
+    ) -> None:
+        object.__setattr__(self, "items_path", _items_path(items_path))
+        object.__setattr__(self, "item_schema", item_schema)
+        object.__setattr__(self, "guardrails", Guardrails() if guardrails is None else guardrails)
+
+
+def _items_path(given: object) -> ItemsPath:
+    if isinstance(given, str):
+        keys = tuple(given.split("."))
+        if any(not key for key in keys):
+            problem = "no key at all" if not given else "an empty key before, between or after dots"
+            raise ItemsPathError(
+                f"items_path {given!r}: {problem}; expected keys joined by single dots, "
+                'e.g. "data.items", or items_path=() when the report is the array itself'
+            )
+        return keys
+    if isinstance(given, Sequence) and all(isinstance(key, str) for key in given):
+        return tuple(given)
+    raise ItemsPathError(
+        f'items_path: expected a dotted string such as "data.items" or a sequence of '
+        f'keys such as ("data", "items"), got {given!r}'
+    )
 
 
 def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None) -> SalvageResult:

@@ -27,6 +27,10 @@ _PARSER_DEPTH_LIMIT = 200  # beyond this the C decoder is not asked at all
 
 _NUL_OR_SURROGATE_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
+# A byte that was not UTF-8, as text decoded with ``surrogateescape`` holds it (the CLI,
+# the store and the replay connector read model output so): U+DC80..U+DCFF, raw in the
+# text. The same code point written as a \u escape is a lone surrogate, not a byte.
+_UNDECODED_BYTE = re.compile(r"[\udc80-\udcff]")
 
 
 class _DuplicateKey(ValueError):
@@ -103,7 +107,12 @@ def parse_item(text: str, *, offset: int = 0) -> Parsed | Unparsable:
     except _NonFiniteConstant as exc:
         return _unparsable("non_finite", "$", "a finite JSON number", exc.name)
     except json.JSONDecodeError as exc:
-        received = describe(text[exc.pos : exc.pos + 24]) if exc.pos < len(text) else "end of item"
+        if exc.pos >= len(text):
+            received = "end of item"
+        elif _UNDECODED_BYTE.match(text, exc.pos):
+            received = _undecoded_byte(text[exc.pos])
+        else:
+            received = describe(text[exc.pos : exc.pos + 24])
         expected = _EXPECTED_BY_MESSAGE.get(exc.msg, exc.msg)
         return _unparsable(
             "syntax", "$", expected, received, detail=f"at offset {offset + exc.pos}"
@@ -116,14 +125,33 @@ def parse_item(text: str, *, offset: int = 0) -> Parsed | Unparsable:
     if ("\\u" in text and _NUL_OR_SURROGATE_ESCAPE.search(text)) or (
         not text.isascii() and _SURROGATE.search(text)
     ):
-        problem = _find_forbidden(value)
+        problem = _find_forbidden(value, text, offset)
         if problem is not None:
             return Unparsable(signal=problem)
     return Parsed(value=value)
 
 
-def _find_forbidden(value: JSONValue) -> CorrectionSignal | None:
-    """Walk a parsed value (iteratively) for NUL and lone surrogates in keys and strings."""
+def _undecoded_byte(char: str) -> str:
+    """How a byte that was not UTF-8 (``char``, from ``surrogateescape``) is named."""
+    return f"byte 0x{ord(char) - 0xDC00:02X}, not valid UTF-8"
+
+
+def _find_forbidden(value: JSONValue, text: str, offset: int) -> CorrectionSignal | None:
+    """Walk a parsed value (iteratively) for NUL and lone surrogates in keys and strings.
+
+    A byte that was not UTF-8 in the raw ``text`` is named as such, with its offset in
+    the output (``offset`` is the text's), rather than as the surrogate it was decoded to.
+    """
+    byte = None if text.isascii() else _UNDECODED_BYTE.search(text)
+    if byte is not None:
+        char = byte.group()
+        path, what = _first_holding(value, char)
+        return CorrectionSignal(
+            code="invalid_utf8",
+            path=path,
+            expected=f"a {what} of valid UTF-8",
+            received=f"byte 0x{ord(char) - 0xDC00:02X} at offset {offset + byte.start()}",
+        )
     stack: list[tuple[str, JSONValue]] = [("$", value)]
     while stack:
         path, node = stack.pop()
@@ -141,6 +169,28 @@ def _find_forbidden(value: JSONValue) -> CorrectionSignal | None:
             if bad is not None:
                 return bad
     return None
+
+
+def _first_holding(value: JSONValue, char: str) -> tuple[str, str]:
+    """The path of the first key or string, in document order, that holds ``char``, and
+    which it is; ``("$", "string")`` when none does."""
+    # (path, node, is_key): a key is looked at before its value, as it comes first.
+    stack: list[tuple[str, JSONValue, bool]] = [("$", value, False)]
+    while stack:
+        path, node, is_key = stack.pop()
+        if is_key:
+            if char in node:
+                return path, "key"
+        elif isinstance(node, dict):
+            for key, child in reversed(node.items()):
+                child_path = member_path(path, key)
+                stack.append((child_path, child, False))
+                stack.append((child_path, key, True))
+        elif isinstance(node, list):
+            stack.extend((f"{path}[{i}]", node[i], False) for i in reversed(range(len(node))))
+        elif isinstance(node, str) and char in node:
+            return path, "string"
+    return "$", "string"
 
 
 def _bad_string(path: str, text: str, what: str) -> CorrectionSignal | None:

@@ -22,7 +22,7 @@ from salvagelane.definitions.snapshot import (
     StoredFiles,
 )
 from salvagelane.definitions.yaml_source import MAX_NODES, YamlProblem, parse_yaml
-from salvagelane.errors import ConfigurationError
+from salvagelane.errors import ConfigurationError, not_utf8
 from salvagelane.loading import allow_list_values
 
 _MAX_CONTEXT_FILE_BYTES = 16 * 1024 * 1024
@@ -87,9 +87,7 @@ def _context_text(instruction: Instruction, name: str) -> str:
             instruction, where, f"expected a readable file, got {shown}: {exc.strerror or exc}"
         ) from exc
     except UnicodeDecodeError as exc:
-        raise fail(
-            instruction, where, f"expected UTF-8 text in {shown}, got a bad byte at {exc.start}"
-        ) from exc
+        raise fail(instruction, where, f"expected UTF-8 text in {shown}: {not_utf8(exc)}") from exc
     except ValueError as exc:
         raise fail(instruction, where, f"expected a context file, got {shown}: {exc}") from exc
 
@@ -225,7 +223,7 @@ def _allow_list_text(instruction: Instruction, index: int, reference: str) -> st
         return files.read(reference, _MAX_ALLOW_LIST_BYTES)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         problem = (
-            f"not UTF-8 text (byte {exc.start})"
+            f"not UTF-8 text: {not_utf8(exc)}"
             if isinstance(exc, UnicodeDecodeError)
             else f"cannot read: {exc.strerror or exc}"
             if isinstance(exc, OSError)

@@ -50,7 +50,7 @@ from salvagelane.definitions.templates import (
 )
 from salvagelane.definitions.validation import validate
 from salvagelane.definitions.yaml_source import YamlProblem, parse_yaml, read_text
-from salvagelane.errors import ConfigurationError, DefinitionError
+from salvagelane.errors import ConfigurationError, DefinitionError, not_utf8
 from salvagelane.loading import allow_list_values, parse_json_text
 
 _MAX_DEFINITION_BYTES = 1024 * 1024
@@ -74,7 +74,7 @@ def load_instruction(path: Path | str) -> Instruction:
         ) from exc
     except UnicodeDecodeError as exc:
         raise DefinitionError(
-            f"{source}: expected UTF-8 text, got a byte that is not UTF-8 at offset {exc.start}",
+            f"{source}: expected UTF-8 text: {not_utf8(exc)}",
             source=source,
         ) from exc
     except ValueError as exc:
@@ -341,8 +341,7 @@ def _read_file(
         problems.append(
             Problem(
                 where,
-                f"expected UTF-8 text in {received(relative)}, got a byte that is not UTF-8 "
-                f"at offset {exc.start}",
+                f"expected UTF-8 text in {received(relative)}: {not_utf8(exc)}",
             )
         )
     except ValueError as exc:

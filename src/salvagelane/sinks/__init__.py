@@ -30,6 +30,7 @@ __all__ = [
     "deliver_all",
     "deliver_one",
     "describe",
+    "run_address",
 ]
 
 _log = get_logger(__name__)
@@ -37,7 +38,8 @@ _log = get_logger(__name__)
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DeliveryOutcome:
-    """How delivering to one sink went; ``error`` says why when ``ok`` is false."""
+    """How delivering to one sink went; ``error`` says why when ``ok`` is false.
+    ``target`` is where the payload went (a path template filled in)."""
 
     target: str
     kind: str
@@ -90,7 +92,7 @@ def deliver_one(sink: Sink, payload: Mapping[str, Any]) -> DeliveryOutcome:
     than SinkError) is logged here, with its traceback, which the outcome cannot carry.
     The error is scrubbed of every registered secret: it is stored and printed.
     """
-    kind, target = describe(sink)
+    kind, target = describe(sink, payload)
     error: str | None = None
     try:
         sink.deliver(payload)
@@ -103,9 +105,27 @@ def deliver_one(sink: Sink, payload: Mapping[str, Any]) -> DeliveryOutcome:
     return DeliveryOutcome(target=target, kind=kind, ok=error is None, error=error)
 
 
-def describe(sink: Sink) -> tuple[str, str]:
-    """The sink's ``(kind, target)``: what its deliveries are recorded under."""
-    return _kind(sink), _target(sink)
+def describe(sink: Sink, payload: Mapping[str, Any] | None = None) -> tuple[str, str]:
+    """The sink's ``(kind, target)``; with ``payload`` (or a run's :func:`run_address`),
+    the target that payload goes to: a ``json_file`` path with its placeholders filled in,
+    as deliveries are recorded, logged and shown. The sink's own target (the template)
+    when it has no ``target_for`` or cannot fill it in (its delivery will say why)."""
+    kind = _kind(sink)
+    if payload is not None:
+        target_for = getattr(sink, "target_for", None)
+        if callable(target_for):
+            # Read defensively, as _target is: a sink's bug must not escape deliver_all.
+            try:
+                return kind, str(target_for(payload))
+            except Exception:
+                pass
+    return kind, _target(sink)
+
+
+def run_address(run_id: str, instruction: str) -> dict[str, str]:
+    """The part of a run's payload a target may depend on (see :class:`Sink`): enough to
+    fill in a target before the report's payload is read."""
+    return {"run_id": run_id, "instruction": instruction}
 
 
 def _kind(sink: Sink) -> str:

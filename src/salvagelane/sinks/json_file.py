@@ -39,6 +39,11 @@ class JsonFileSink:
     def target(self) -> str:
         return self._template
 
+    def target_for(self, payload: Mapping[str, Any]) -> str:
+        """The file this payload goes to, as text: the target its delivery is recorded,
+        logged and shown under. SinkError when the payload's values are unusable."""
+        return str(self.path_for(payload))
+
     def path_for(self, payload: Mapping[str, Any]) -> Path:
         """The file a payload is written to; SinkError when its values are unusable."""
         values = {

@@ -17,7 +17,7 @@ policy: the caller says when a lease ends and when a failed delivery is due agai
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 
@@ -172,11 +172,20 @@ class DeliveryOutbox:
             return _claims(session, [self._row(session, delivery_id)])[0]
 
     def claim_target(
-        self, run_id: str, *, kind: str, target: str, now: datetime, lease_until: datetime
+        self,
+        run_id: str,
+        *,
+        kind: str,
+        target: str,
+        now: datetime,
+        lease_until: datetime,
+        also: Sequence[str] = (),
     ) -> ClaimedDelivery:
         """Claim the delivery of ``run_id``'s report to the sink ``kind`` at ``target``:
         its undelivered one, due or not, or else a new ``pending`` one (the report was
-        delivered there before, or never tried there): an operator's redelivery."""
+        delivered there before, or never tried there): an operator's redelivery.
+        ``also``: other targets the same sink's deliveries may be recorded under (its
+        path template, by versions that did not fill it in)."""
         with self._transaction(f"claim a sink delivery of run {run_id}") as session:
             run = _get_run(session, run_id, for_update=True)
             if session.scalars(sa.select(Report.id).where(Report.run_id == run_id)).first() is None:
@@ -188,7 +197,7 @@ class DeliveryOutbox:
                 .where(
                     SinkDelivery.run_id == run_id,
                     SinkDelivery.kind == kind,
-                    SinkDelivery.target == target,
+                    SinkDelivery.target.in_([target, *also]),
                 )
                 .order_by(SinkDelivery.id.desc())
                 .limit(1)

@@ -63,6 +63,7 @@ from salvagelane.store.records import (
     Trigger,
 )
 from salvagelane.store.spool import Imported, SpooledAttempt
+from salvagelane.vocabulary import ReviewStatus
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -75,7 +76,7 @@ V = TypeVar("V", bound="DataclassInstance")
 MIN_PREFIX = 8
 """The shortest run id prefix accepted, like git's abbreviated hashes."""
 
-SUPERSEDED = "superseded"
+SUPERSEDED = ReviewStatus.SUPERSEDED.value
 _FINAL_STATUSES = frozenset(get_args(FinalRunStatus))
 _FAILURE_STATUSES = frozenset(get_args(FailureStatus))
 _DELIVERY_STATUSES = frozenset(get_args(DeliveryStatus))

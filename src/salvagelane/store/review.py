@@ -40,14 +40,21 @@ from salvagelane.store.records import (
     ReportItemRecord,
     ReviewAction,
 )
-from salvagelane.store.repository import SUPERSEDED, _summary, _view, decode_raw
+from salvagelane.store.repository import _summary, _view, decode_raw
+from salvagelane.vocabulary import ReviewStatus
+
+SUPERSEDED = ReviewStatus.SUPERSEDED.value
 
 Transactions = Callable[[str], AbstractContextManager[Session]]
 
-PENDING, APPROVED, REJECTED = "pending", "approved", "rejected"
+PENDING, APPROVED, REJECTED = (
+    ReviewStatus.PENDING.value,
+    ReviewStatus.APPROVED.value,
+    ReviewStatus.REJECTED.value,
+)
 INPUT_HEAD_BYTES = 4096
 """Bytes of an operator's refused input kept in the audit trail (with its size and hash)."""
-REVIEW_STATUSES = (PENDING, APPROVED, REJECTED, SUPERSEDED)
+REVIEW_STATUSES = tuple(status.value for status in ReviewStatus)
 CONTEXT_CHARS = 300
 """Characters of raw output shown on each side of an item's span."""
 
