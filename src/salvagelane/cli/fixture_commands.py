@@ -198,10 +198,10 @@ def render_replays(replays: Sequence[FixtureReplay], counts: dict[str, int]) -> 
     lines = [table[0]]
     for row, replay in zip(table[1:], replays, strict=True):
         lines.append(row)
-        # A fixture is data from elsewhere (a bug report): its values are quoted in these.
-        lines.extend(f"    {line(difference.message)}" for difference in replay.differences)
         if replay.note is not None:
             lines.append(f"    note: {line(replay.note)}")
+        # A fixture is data from elsewhere (a bug report): its values are quoted in these.
+        lines.extend(f"    {line(difference.message)}" for difference in replay.differences)
         if replay.error is not None:
             lines.append(f"    {line(replay.error)}")
         if replay.verdict == "recorded":
