@@ -48,6 +48,7 @@ from salvagelane.definitions import (
     snapshot_for_run,
     with_snapshot,
 )
+from salvagelane.definitions.snapshot import without_secrets
 from salvagelane.delivery import (
     DEFAULT_POLICY,
     DeliveryPolicy,
@@ -200,6 +201,15 @@ class Executor:
             snapshot = snapshot_for_run(instruction)
         except DefinitionError as exc:
             unreadable = exc  # the run is recorded failed with it, once it is claimed
+        # What is stored has no secret (a URL's credentials); the run reads the files as
+        # they are. Nothing is stored when a secret could not be taken out.
+        kept = None if snapshot is None else without_secrets(snapshot, instruction.definition)
+        if snapshot is not None and kept is None:
+            log.warning(
+                "definition.not_stored",
+                instruction=instruction.id,
+                reason="a credential in a URL of the definition could not be redacted",
+            )
         run_id = self._store.start_run(
             instruction_id=instruction.id,
             definition_sha256=instruction.definition_sha256,
@@ -208,12 +218,12 @@ class Executor:
             now=started,
             retry_of=retry_of,
             definition=None
-            if snapshot is None
+            if kept is None
             else DefinitionRecord(
-                sha256=snapshot.sha256,
+                sha256=kept.sha256,
                 instruction_id=instruction.id,
                 definition_sha256=instruction.definition_sha256,
-                content=snapshot.to_json(),
+                content=kept.to_json(),
             ),
             forced=forced,
         )

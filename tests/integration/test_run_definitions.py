@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from _cli import FIXTURE, ROOT, salvagelane, upgraded
 
-from salvagelane.store import current_revision, downgrade, head_revision, upgrade
+from salvagelane.store import current_revision, downgrade, head_revision, make_engine, upgrade
 
 COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
 
@@ -297,3 +298,35 @@ def test_connector_fixture_takes_the_fixture_directory(tmp_path: Path, project: 
     refused = salvagelane("run", "daily-triage", database=database, cwd=project.root)
     assert refused.returncode == 2
     assert "give the directory instead" in refused.stderr
+
+
+def test_the_stored_definition_holds_no_credential_and_still_loads(
+    database_url: str, project: Project
+) -> None:
+    """A webhook URL's password and token never reach the database with the definition
+    (ADR 0005); the stored copy still loads, and approves from anywhere."""
+    password, token = "pw-9f3a7c1e55d0", "sig-41be0c7d2a96"
+    project.edit(
+        project.definition,
+        "    path: ../out/{run_id}.json\n",
+        "    path: ../out/{run_id}.json\n  - kind: webhook\n"
+        f"    url: http://hook:{password}@127.0.0.1:9/in?sig={token}\n    timeout_seconds: 1\n",
+    )
+    database = upgraded(database_url)
+    outcome = run_in(project, database)
+    assert outcome["definition_version"] is not None
+
+    engine = make_engine(database)
+    try:
+        with engine.connect() as connection:
+            (content,) = connection.execute(
+                sa.text("SELECT content FROM definition_versions")
+            ).one()
+    finally:
+        engine.dispose()
+    assert password not in content
+    assert token not in content
+    assert "http://REDACTED@127.0.0.1:9/in?sig=REDACTED" in json.loads(content)["text"]
+
+    approved = approve(project, database)
+    assert approved.returncode == 0, approved.stdout + approved.stderr

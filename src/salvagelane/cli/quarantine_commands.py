@@ -339,7 +339,7 @@ def quarantine_approve_command(
             note=note,
             now=now,
             audit={
-                "definition_sha256": definition.definition_sha256,
+                "definition_sha256": chosen.definition_sha256,
                 "definition_version": chosen.version,
                 "use_current": use_current,
             },

@@ -41,11 +41,14 @@ class ChosenDefinition:
     """The definition a command uses for a run: ``instruction``, rebuilt from the stored
     ``snapshot`` (None with ``--use-current``). ``trusted`` looks up the operator's
     definition of the same id in the definitions directory (for what a stored copy may
-    only name: code and destinations); ``note`` says what ``--use-current`` changed."""
+    only name: code and destinations); ``note`` says what ``--use-current`` changed.
+    ``definition_sha256`` is the used definition's hash as runs record it (for a stored
+    copy, the run's: the copy itself holds no secret, so it may hash otherwise)."""
 
     instruction: Instruction
     snapshot: DefinitionSnapshot | None
     trusted: Callable[[], Instruction]
+    definition_sha256: str
     note: str | None = None
 
     @property
@@ -102,6 +105,7 @@ def choose_definition(
             instruction=current,
             snapshot=None,
             trusted=trusted,
+            definition_sha256=current.definition_sha256,
             note=line(what_differs(current, snapshot, whose=f"run {run_id[:8]}")),
         )
     if record is not None:
@@ -119,4 +123,10 @@ def choose_definition(
             f"{stored.id!r}, not {valid!r}: it was changed in the database; "
             "use --use-current"
         )
-    return ChosenDefinition(instruction=stored, snapshot=snapshot, trusted=trusted)
+    assert record is not None
+    return ChosenDefinition(
+        instruction=stored,
+        snapshot=snapshot,
+        trusted=trusted,
+        definition_sha256=record.definition_sha256,
+    )

@@ -36,6 +36,9 @@ context files)."""
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 """All of a snapshot's text, the definition's included (UTF-8 bytes)."""
 
+STORED_REDACTED = "REDACTED"
+"""What a secret becomes in a stored definition (see :func:`without_secrets`)."""
+
 DEFINITION_FILE = "definition.json"
 """The snapshot in a captured fixture directory."""
 
@@ -212,3 +215,55 @@ def describe_differences(changes: list[FileChange]) -> str:
         fields = f" ({', '.join(change.fields)})" if change.fields else ""
         parts.append(f"{change.file} {change.change}{fields}")
     return ", ".join(parts)
+
+
+def without_secrets(
+    snapshot: DefinitionSnapshot, document: Mapping[str, Any]
+) -> DefinitionSnapshot | None:
+    """``snapshot`` as it may be stored: the credentials a URL of the definition
+    (``document``, parsed) carries (its userinfo, query values named like secrets) and
+    every registered secret replaced by ``REDACTED``, in the text and in every file.
+    Secrets never reach the database (ADR 0005); a stored copy never builds a connector
+    or a sink, so nothing it is used for needs them.
+
+    None when a secret would survive in the parsed definition (written in a form the
+    scrub does not know, such as a YAML ``\\x`` escape): then nothing is stored.
+    """
+    from salvagelane.definitions.yaml_source import YamlProblem, parse_yaml
+    from salvagelane.logs import (
+        MIN_SECRET_LENGTH,
+        redact_text,
+        secret_pattern,
+        url_secrets,
+    )
+
+    urls = [document.get("connector", {}).get("base_url")]
+    urls += [sink.get("url") for sink in document.get("sinks", ()) if isinstance(sink, Mapping)]
+    secrets = {
+        secret
+        for url in urls
+        if isinstance(url, str)
+        for secret in url_secrets(url)
+        if len(secret) >= MIN_SECRET_LENGTH
+    }
+    pattern = secret_pattern(secrets)
+
+    def scrub(text: str) -> str:
+        # Without brackets: the URL stays one the definition schema accepts ("format": "uri").
+        if pattern is not None:
+            text = pattern.subn(text, STORED_REDACTED)[0]
+        return redact_text(text, replacement=STORED_REDACTED)[0]
+
+    text = scrub(snapshot.text)
+    if pattern is not None and text != snapshot.text:
+        try:
+            parsed, _ = parse_yaml(text)
+        except YamlProblem:
+            return None
+        if pattern.search(json.dumps(parsed, ensure_ascii=False)):
+            return None
+    return DefinitionSnapshot(
+        name=snapshot.name,
+        text=text,
+        files={reference: scrub(content) for reference, content in snapshot.files.items()},
+    )

@@ -333,6 +333,12 @@ class Store:
             return None
         return run_id
 
+    def keep_definition(self, definition: DefinitionRecord, *, now: datetime) -> None:
+        """Store a version of a definition on its own, unless it is stored already
+        (``start_run`` does this with the run; this is for imports and tests)."""
+        with self._transaction(f"keep a definition of {definition.instruction_id}") as session:
+            _insert_definition(session, definition, now)
+
     def get_definition(self, run_id: str) -> DefinitionRecord | None:
         """The stored version of the definition run ``run_id`` (or a unique prefix) used;
         None when the run has none (stored before 0006, or a missed fire)."""
