@@ -11,8 +11,6 @@ import json
 import shutil
 import sqlite3
 import subprocess
-import threading
-from collections.abc import Iterator
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,40 +19,22 @@ import httpx
 import pytest
 from _cli import FIXTURE, ROOT, clean_env, command, salvagelane, upgraded
 from _provider_server import Scripted, ScriptedServer
+from _run_setup import Project, chat_answer, openai_connector_for, provider
 
-from salvagelane.connectors import OpenAICompatibleConnector
-from salvagelane.definitions import Instruction, load_instruction
+from salvagelane.definitions import Instruction
 from salvagelane.executor import Executor
 from salvagelane.store import Store, upgrade
+
+__all__ = ["provider"]
 
 CAP = 1024 * 1024
 SECRET = "sk-bounded-test-0d5c2a77-never-stored"
 
 
-@pytest.fixture
-def provider() -> Iterator[ScriptedServer]:
-    server = ScriptedServer()
-    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
-
-
 def definition(tmp_path: Path, **replacements: str) -> Instruction:
-    shutil.copytree(ROOT / "instructions", tmp_path / "instructions")
-    shutil.copytree(ROOT / "schemas", tmp_path / "schemas")
-    path = tmp_path / "instructions" / "daily-triage.yaml"
-    text = path.read_text(encoding="utf-8")
-    for old, new in {
-        "max_output_bytes: 262144": f"max_output_bytes: {CAP}",
-        **replacements,
-    }.items():
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    path.write_text(text, encoding="utf-8")
-    return load_instruction(path)
+    """The example's definition, copied under ``tmp_path``, its outputs capped at CAP."""
+    capped = {"max_output_bytes: 262144": f"max_output_bytes: {CAP}"}
+    return Project.create(tmp_path).instruction(**capped, **replacements)
 
 
 def flood(size: int) -> str:
@@ -68,13 +48,7 @@ def flood(size: int) -> str:
 
 
 def answer(text: str) -> Scripted:
-    body = {
-        "id": "gen-flood",
-        "model": "test/model",
-        "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 5_000_000},
-    }
-    return Scripted(body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    return chat_answer(text, usage={"prompt_tokens": 100, "completion_tokens": 5_000_000})
 
 
 def sqlite_size(path: Path) -> tuple[int, int]:
@@ -118,17 +92,10 @@ def test_an_oversize_output_is_stored_once_clipped_with_its_length_and_hash(
     before = sqlite_size(db_file) if database_url.startswith("sqlite") else (0, 0)
 
     with Store.open(database_url) as store, httpx.Client() as client:
-        executor = Executor(
-            store,
-            connector_for=lambda spec: OpenAICompatibleConnector(
-                client,
-                base_url=provider.base_url,
-                model=spec.connector.model,
-                api_key_env=spec.connector.api_key_env,
-                key_lookup=lambda name: SECRET,
-                max_response_bytes=64 * 1024 * 1024,
-            ),
+        connector_for = openai_connector_for(
+            client, provider.base_url, key=SECRET, max_response_bytes=64 * 1024 * 1024
         )
+        executor = Executor(store, connector_for=connector_for)
         outcome = executor.run(instruction)
         detail = store.get_run(outcome.run_id)
 

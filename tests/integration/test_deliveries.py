@@ -6,14 +6,17 @@ Time is injected: every ``now`` is a fixed moment, never the wall clock.
 
 from __future__ import annotations
 
+import copy
+import json
 import shutil
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import _outbox_sinks
+import _sink_targets
 import httpx
 import pytest
 import sqlalchemy as sa
@@ -24,6 +27,7 @@ from salvagelane.connectors import ReplayConnector
 from salvagelane.definitions import Instruction, load_instruction
 from salvagelane.delivery import (
     DeliveryPolicy,
+    deliver_claimed,
     deliver_report,
     pending_deliveries,
     redeliver_due,
@@ -33,7 +37,14 @@ from salvagelane.delivery import (
 from salvagelane.errors import ConfigurationError, NotFoundError, StoreError
 from salvagelane.executor import Executor
 from salvagelane.service import ServeSettings, Service
-from salvagelane.sinks import CallableSink, JsonFileSink, Sink, build_sinks, run_address
+from salvagelane.sinks import (
+    CallableSink,
+    DeliveryOutcome,
+    JsonFileSink,
+    Sink,
+    build_sinks,
+    run_address,
+)
 from salvagelane.store import (
     ClaimedDelivery,
     DeliveryRun,
@@ -279,6 +290,88 @@ def test_results_update_the_delivery_and_the_runs_sink_status(store: Store) -> N
     assert store.deliveries.record_result(again, error=None, now=retry_at) is not None
     assert store.get_run(run_id).sink_status == "delivered"
     assert store.deliveries.list_open() == []
+
+
+class _BrokenSink:
+    """A sink with a bug: it raises something other than SinkError."""
+
+    kind = "broken"
+
+    @property
+    def target(self) -> str:
+        return "broken://sink"
+
+    def deliver(self, payload: Mapping[str, Any]) -> None:
+        raise KeyError("items")
+
+
+def test_every_sink_is_tried_whatever_fails_before_it_and_each_result_recorded(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_sink_targets, "received", [])
+    sinks: list[Sink] = [
+        CallableSink("_sink_targets:refuse"),
+        _BrokenSink(),
+        JsonFileSink(tmp_path / "{run_id}.json"),
+        CallableSink(OTHER),
+    ]
+    run_id, claims = finished_run(store, sinks)
+    payload = store.get_report_payload(run_id)
+    sent = copy.deepcopy(payload)
+
+    outcomes = deliver_claimed(
+        store, zip(claims, sinks, strict=True), payload, clock=lambda: NOW, policy=POLICY
+    )
+
+    assert outcomes == (
+        DeliveryOutcome(
+            target="_sink_targets:refuse",
+            kind="callable",
+            ok=False,
+            error="callable sink _sink_targets:refuse: the function raised "
+            f"RuntimeError: downstream refused run {run_id}",
+        ),
+        DeliveryOutcome(target="broken://sink", kind="broken", ok=False, error="KeyError: 'items'"),
+        # Where the report went, not the template.
+        DeliveryOutcome(target=str(tmp_path / f"{run_id}.json"), kind="json_file", ok=True),
+        DeliveryOutcome(target=OTHER, kind="callable", ok=True),
+    )
+    assert json.loads((tmp_path / f"{run_id}.json").read_text("utf-8")) == sent
+    assert _sink_targets.received == [sent]
+    assert payload == sent  # no sink changed what the next one gets
+    assert [(d.target, d.status, d.error) for d in store.get_run(run_id).deliveries] == [
+        (o.target, "delivered" if o.ok else "failed", o.error) for o in outcomes
+    ]
+    assert store.get_run(run_id).sink_status == "failed"
+
+
+def test_only_a_crashing_sink_is_logged_with_its_traceback(store: Store) -> None:
+    sinks: list[Sink] = [_BrokenSink(), CallableSink("_sink_targets:refuse"), CallableSink(OTHER)]
+    run_id, claims = finished_run(store, sinks)
+
+    with capture_logs() as entries:
+        deliver_claimed(
+            store,
+            zip(claims, sinks, strict=True),
+            store.get_report_payload(run_id),
+            clock=lambda: NOW,
+            policy=POLICY,
+        )
+
+    # A bug is logged where it is caught, with its traceback; every result, expected
+    # failures included, is logged as it is recorded, without one.
+    assert entries[0] == {
+        "event": "sink.crashed",
+        "log_level": "error",
+        "exc_info": True,
+        "target": "broken://sink",
+        "kind": "broken",
+    }
+    assert [(e["event"], e["target"], "exc_info" in e) for e in entries[1:]] == [
+        ("sink.failed", "broken://sink", False),
+        ("sink.failed", "_sink_targets:refuse", False),
+        ("sink.delivered", OTHER, False),
+    ]
 
 
 def test_the_executor_records_each_sinks_result_on_its_pending_delivery(

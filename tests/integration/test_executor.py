@@ -8,8 +8,6 @@ are asserted on the requests the connector really sent.
 from __future__ import annotations
 
 import json
-import shutil
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,59 +18,44 @@ from typing import Any
 import _executor_sinks as sink_targets
 import httpx
 import pytest
+from _cli import FIXTURE
 from _provider_server import Scripted, ScriptedServer
+from _run_setup import (
+    COMPLETE,
+    Project,
+    chat_completion,
+    items,
+    openai_connector_for,
+    provider,
+    replay_executor,
+    store,
+)
 from structlog.contextvars import merge_contextvars
 from structlog.testing import capture_logs
 
 from salvagelane import executor as executor_module
-from salvagelane.connectors import Connector, OpenAICompatibleConnector, ReplayConnector
-from salvagelane.definitions import Instruction, load_instruction
+from salvagelane.connectors import Connector
+from salvagelane.definitions import Instruction
 from salvagelane.errors import DuplicateFireError, StoreError
 from salvagelane.executor import Executor, Trigger, deliver_report
 from salvagelane.sinks import build_sinks
-from salvagelane.store import Store, upgrade
+from salvagelane.store import Store
 
-ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = ROOT / "tests" / "fixtures" / "daily-triage-truncated"
+__all__ = ["provider", "store"]
+
 SECRET = "sk-executor-test-4c1d9e7f-never-stored"
-COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
 
 
 # --- set-up ------------------------------------------------------------------------------------
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
-    shutil.copytree(ROOT / "instructions", tmp_path / "instructions")
-    shutil.copytree(ROOT / "schemas", tmp_path / "schemas")
-    return tmp_path
-
-
-def definition(project: Path, **replacements: str) -> Instruction:
-    path = project / "instructions" / "daily-triage.yaml"
-    text = path.read_text(encoding="utf-8")
-    for old, new in replacements.items():
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    path.write_text(text, encoding="utf-8")
-    return load_instruction(path)
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[Store]:
-    upgrade(database_url)
-    with Store.open(database_url) as opened:
-        yield opened
+def project(tmp_path: Path) -> Project:
+    return Project.create(tmp_path)
 
 
 def report(items: list[dict[str, Any]], summary: str = "Two things matter today.") -> str:
     return json.dumps({"summary": summary, "recommendations": items}, indent=2)
-
-
-def items(count: int) -> list[dict[str, Any]]:
-    return [
-        dict(item, rank=rank) for rank, item in enumerate(COMPLETE["recommendations"][:count], 1)
-    ]
 
 
 @dataclass
@@ -89,29 +72,13 @@ class Provider:
         return httpx.Response(status, json=body)
 
     def connector_for(self, client: httpx.Client) -> Callable[[Instruction], Connector]:
-        def build(instruction: Instruction) -> Connector:
-            return OpenAICompatibleConnector(
-                client,
-                base_url="https://llm.test/v1",
-                model=instruction.connector.model,
-                api_key_env=instruction.connector.api_key_env,
-                key_lookup=lambda name: SECRET,
-                sleep=lambda seconds: None,
-                max_attempts=1,
-            )
-
-        return build
+        return openai_connector_for(
+            client, "https://llm.test/v1", key=SECRET, sleep=lambda seconds: None, max_attempts=1
+        )
 
 
 def chat(content: str, finish: str = "stop") -> tuple[int, dict[str, Any]]:
-    return 200, {
-        "id": "gen-1",
-        "model": "test/model",
-        "choices": [
-            {"message": {"role": "assistant", "content": content}, "finish_reason": finish}
-        ],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 50},
-    }
+    return 200, chat_completion(content, finish=finish)
 
 
 @pytest.fixture
@@ -128,17 +95,13 @@ def client_for() -> Iterator[Callable[[Provider], httpx.Client]]:
         client.close()
 
 
-def replay_executor(store: Store, **kwargs: Any) -> Executor:
-    return Executor(store, connector_for=lambda instruction: ReplayConnector(FIXTURE), **kwargs)
-
-
 # --- the main job ------------------------------------------------------------------------------
 
 
 def test_replayed_truncated_report_is_stored_partial_with_the_cut_item_quarantined(
-    project: Path, store: Store
+    project: Project, store: Store
 ) -> None:
-    instruction = definition(project)
+    instruction = project.instruction()
     outcome = replay_executor(store).run(instruction, trigger=Trigger.REPLAY)
 
     assert (outcome.status, outcome.kept, outcome.candidates) == ("partial", 7, 8)
@@ -175,8 +138,8 @@ def test_replayed_truncated_report_is_stored_partial_with_the_cut_item_quarantin
     assert raw[held.span_start : held.span_end].lstrip().startswith("{")
 
 
-def test_two_runs_are_two_rows(project: Path, store: Store) -> None:
-    instruction = definition(project)
+def test_two_runs_are_two_rows(project: Project, store: Store) -> None:
+    instruction = project.instruction()
     first = replay_executor(store).run(instruction)
     second = replay_executor(store).run(instruction)
     listed = [run.id for run in store.list_runs(instruction_id="daily-triage", limit=50)]
@@ -188,9 +151,9 @@ def test_two_runs_are_two_rows(project: Path, store: Store) -> None:
 
 
 def test_nothing_salvaged_is_retried_with_a_correction_and_the_better_attempt_wins(
-    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
 ) -> None:
-    instruction = definition(project)
+    instruction = project.instruction()
     broken = items(3)
     broken[0]["candidate"] = "made-up-workstream"
     broken[1]["confidence"] = "very"
@@ -220,10 +183,9 @@ def test_nothing_salvaged_is_retried_with_a_correction_and_the_better_attempt_wi
 
 
 def test_truncation_grows_the_token_budget_up_to_the_ceiling(
-    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
 ) -> None:
-    instruction = definition(
-        project,
+    instruction = project.instruction(
         **{
             "attempts: 2\n": "attempts: 3\n  length_budget_factor: 3\n"
             "  max_output_tokens_ceiling: 10000\n"
@@ -239,18 +201,20 @@ def test_truncation_grows_the_token_budget_up_to_the_ceiling(
     assert (outcome.status, outcome.kept, outcome.best_attempt) == ("ok", 5, 3)
 
 
-def test_a_truncated_report_that_filled_the_cap_is_not_retried(project: Path, store: Store) -> None:
-    instruction = definition(project)
+def test_a_truncated_report_that_filled_the_cap_is_not_retried(
+    project: Project, store: Store
+) -> None:
+    instruction = project.instruction()
     assert instruction.retry.attempts == 2
     outcome = replay_executor(store).run(instruction)
     assert outcome.attempts == 1
 
 
 def test_a_refused_call_fails_the_run_with_the_error_and_no_report(
-    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
 ) -> None:
-    instruction = definition(
-        project, **{"on: [nothing_salvaged, truncated]": "on: [provider_error]"}
+    instruction = project.instruction(
+        **{"on: [nothing_salvaged, truncated]": "on: [provider_error]"}
     )
     provider = Provider(
         [(401, {"error": {"message": f"bad key {SECRET}", "code": "invalid_api_key"}})]
@@ -273,10 +237,10 @@ def test_a_refused_call_fails_the_run_with_the_error_and_no_report(
 
 
 def test_an_error_inside_a_successful_response_is_retried_when_asked(
-    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
 ) -> None:
-    instruction = definition(
-        project, **{"on: [nothing_salvaged, truncated]": "on: [provider_error]"}
+    instruction = project.instruction(
+        **{"on: [nothing_salvaged, truncated]": "on: [provider_error]"}
     )
     upstream = (200, {"error": {"message": "upstream model crashed", "code": 502}})
     provider = Provider([upstream, chat(report(items(2)))])
@@ -288,9 +252,9 @@ def test_an_error_inside_a_successful_response_is_retried_when_asked(
 
 
 def test_output_with_no_usable_item_fails_the_run_but_keeps_every_reject(
-    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
 ) -> None:
-    instruction = definition(project, **{"attempts: 2\n": "attempts: 1\n"})
+    instruction = project.instruction(**{"attempts: 2\n": "attempts: 1\n"})
     bad = items(2)
     for item in bad:
         item["candidate"] = "not-a-workstream"
@@ -310,14 +274,14 @@ def test_output_with_no_usable_item_fails_the_run_but_keeps_every_reject(
 
 
 def test_a_crash_right_after_the_raw_output_is_stored_keeps_it_and_leaves_the_run_unfinished(
-    project: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+    project: Project, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def crash(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt  # what a killed process looks like from inside
 
     monkeypatch.setattr(executor_module, "salvage", crash)
     with pytest.raises(KeyboardInterrupt):
-        replay_executor(store).run(definition(project))
+        replay_executor(store).run(project.instruction())
     (run,) = store.list_runs(instruction_id="daily-triage", limit=1)
     detail = store.get_run(run.id)
     assert detail.status == "running"
@@ -328,14 +292,14 @@ def test_a_crash_right_after_the_raw_output_is_stored_keeps_it_and_leaves_the_ru
 
 
 def test_a_bug_in_salvage_is_recorded_as_a_failed_run_and_surfaces(
-    project: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+    project: Project, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("scanner bug")
 
     monkeypatch.setattr(executor_module, "salvage", broken)
     with pytest.raises(RuntimeError, match="scanner bug"):
-        replay_executor(store).run(definition(project))
+        replay_executor(store).run(project.instruction())
     (run,) = store.list_runs(instruction_id="daily-triage", limit=1)
     detail = store.get_run(run.id)
     assert detail.status == "failed"
@@ -344,7 +308,7 @@ def test_a_bug_in_salvage_is_recorded_as_a_failed_run_and_surfaces(
 
 
 def test_a_database_error_while_persisting_leaves_no_half_written_report(
-    project: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+    project: Project, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = executor_module._quarantine_records
 
@@ -355,7 +319,7 @@ def test_a_database_error_while_persisting_leaves_no_half_written_report(
 
     monkeypatch.setattr(executor_module, "_quarantine_records", unstorable)
     with pytest.raises(StoreError, match="finish run"):
-        replay_executor(store).run(definition(project))
+        replay_executor(store).run(project.instruction())
     (run,) = store.list_runs(instruction_id="daily-triage", limit=1)
     detail = store.get_run(run.id)
     assert detail.report is None
@@ -374,11 +338,10 @@ def _as_dict(record: Any) -> dict[str, Any]:
 
 
 def test_sinks_get_the_stored_report_and_a_failing_one_is_recorded_and_redelivered(
-    project: Path, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    project: Project, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "out"
-    instruction = definition(
-        project,
+    instruction = project.instruction(
         **{
             "\nretry:\n": f"""
 sinks:
@@ -391,10 +354,8 @@ retry:
         },
     )
     monkeypatch.setattr(sink_targets, "FAIL", True)
-    executor = Executor(
-        store,
-        connector_for=lambda _: ReplayConnector(FIXTURE),
-        sinks_for=lambda spec: build_sinks(spec.sinks, client=httpx.Client()),
+    executor = replay_executor(
+        store, sinks_for=lambda spec: build_sinks(spec.sinks, client=httpx.Client())
     )
     outcome = executor.run(instruction)
 
@@ -432,9 +393,9 @@ retry:
 
 
 def test_every_log_line_of_a_run_carries_its_id_and_no_secret(
-    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
 ) -> None:
-    instruction = definition(project)
+    instruction = project.instruction()
     provider = Provider([chat(report(items(2)))])
     with capture_logs(processors=[merge_contextvars]) as logs:
         outcome = Executor(store, connector_for=provider.connector_for(client_for(provider))).run(
@@ -463,7 +424,7 @@ def test_the_executors_triggers_are_the_ones_the_store_accepts() -> None:
 
 
 def test_a_run_beats_while_the_provider_is_slow(
-    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
 ) -> None:
     seen: list[tuple[Any, Any]] = []
 
@@ -479,14 +440,14 @@ def test_a_run_beats_while_the_provider_is_slow(
     executor = Executor(
         store, connector_for=provider.connector_for(client_for(provider)), heartbeat_seconds=0.05
     )
-    outcome = executor.run(definition(project))
+    outcome = executor.run(project.instruction())
     assert outcome.status == "ok"
     ((started_at, heartbeat_at),) = seen
     assert heartbeat_at > started_at  # beaten during the call, before any attempt was stored
 
 
 def test_the_run_deadline_stops_asking_again_and_says_so(
-    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
 ) -> None:
     now = [1000.0]
 
@@ -495,7 +456,7 @@ def test_the_run_deadline_stops_asking_again_and_says_so(
             now[0] += 31.0  # this call took 31 s of a 30 s deadline
             return super().handler(request)
 
-    instruction = definition(project, **{"deadline_seconds: 600": "deadline_seconds: 30"})
+    instruction = project.instruction(**{"deadline_seconds: 600": "deadline_seconds: 30"})
     provider = Late([chat("I could not produce the report."), chat(report(items(2)))])
     executor = Executor(
         store,
@@ -512,38 +473,20 @@ def test_the_run_deadline_stops_asking_again_and_says_so(
     assert store.get_run(outcome.run_id).error == outcome.error
 
 
-@pytest.fixture
-def local_provider() -> Iterator[ScriptedServer]:
-    server = ScriptedServer()
-    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
 def test_a_hanging_provider_ends_the_run_failed_at_its_deadline(
-    project: Path, store: Store, local_provider: ScriptedServer
+    project: Project, store: Store, provider: ScriptedServer
 ) -> None:
-    server = local_provider
+    server = provider
     # A real local server that accepts the request and never answers. The connector's
     # own limits (120 s per call, 300 s overall) are far longer: the run's 2 s deadline
     # is what ends the call, and no second attempt starts after it.
     server.script.extend([Scripted(delay=30.0), Scripted(delay=30.0)])
-    instruction = definition(project, **{"deadline_seconds: 600": "deadline_seconds: 2"})
+    instruction = project.instruction(**{"deadline_seconds: 600": "deadline_seconds: 2"})
     with httpx.Client() as client:
-        executor = Executor(
-            store,
-            connector_for=lambda spec: OpenAICompatibleConnector(
-                client,
-                base_url=server.base_url,
-                model=spec.connector.model,
-                api_key_env=spec.connector.api_key_env,
-                key_lookup=lambda name: SECRET,
-                timeout_seconds=120.0,
-                deadline_seconds=300.0,
-            ),
+        connector_for = openai_connector_for(
+            client, server.base_url, key=SECRET, timeout_seconds=120.0, deadline_seconds=300.0
         )
+        executor = Executor(store, connector_for=connector_for)
         began = time.monotonic()
         with capture_logs(processors=[merge_contextvars]) as logs:
             outcome = executor.run(instruction)
@@ -561,7 +504,7 @@ def test_a_hanging_provider_ends_the_run_failed_at_its_deadline(
 
 
 def test_a_scheduled_run_claims_its_fire_and_renders_the_fire_date(
-    project: Path, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
 ) -> None:
     fire = datetime(2031, 2, 3, 5, 20, tzinfo=UTC)  # not today, whenever the test runs
     provider = Provider([chat(report(items(2)))])
@@ -570,7 +513,7 @@ def test_a_scheduled_run_claims_its_fire_and_renders_the_fire_date(
         store, connector_for=provider.connector_for(client_for(provider)), on_claimed=claimed.append
     )
 
-    outcome = executor.run(definition(project), trigger=Trigger.SCHEDULE, scheduled_for=fire)
+    outcome = executor.run(project.instruction(), trigger=Trigger.SCHEDULE, scheduled_for=fire)
 
     assert claimed == [outcome.run_id]
     (request,) = provider.requests
@@ -578,13 +521,13 @@ def test_a_scheduled_run_claims_its_fire_and_renders_the_fire_date(
     detail = store.get_run(outcome.run_id)
     assert (detail.trigger, detail.scheduled_for, detail.fire_attempt) == ("schedule", fire, 1)
     with pytest.raises(DuplicateFireError):
-        executor.run(definition(project), trigger=Trigger.SCHEDULE, scheduled_for=fire)
+        executor.run(project.instruction(), trigger=Trigger.SCHEDULE, scheduled_for=fire)
     assert claimed == [outcome.run_id]  # the duplicate claimed nothing and called nothing
     assert len(provider.requests) == 1
 
 
 def test_a_retry_of_an_interrupted_fire_is_its_second_fire_attempt(
-    project: Path, store: Store
+    project: Project, store: Store
 ) -> None:
     fire = datetime(2031, 2, 3, 5, 20, tzinfo=UTC)
     first = store.start_run(
@@ -597,7 +540,7 @@ def test_a_retry_of_an_interrupted_fire_is_its_second_fire_attempt(
     assert store.mark_interrupted(first, now=fire, error="stopped")
 
     outcome = replay_executor(store).run(
-        definition(project), trigger=Trigger.CATCH_UP, scheduled_for=fire, retry_of=first
+        project.instruction(), trigger=Trigger.CATCH_UP, scheduled_for=fire, retry_of=first
     )
 
     detail = store.get_run(outcome.run_id)

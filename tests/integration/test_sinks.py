@@ -1,4 +1,8 @@
-"""Sinks against the real file system and real imports: JSON files, callables, deliver_all."""
+"""Sinks against the real file system and real imports: JSON files, callables, build_sinks.
+
+Delivering to a run's sinks, whatever fails on the way, is tested through the outbox in
+test_deliveries.py.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +10,21 @@ import copy
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import _sink_targets
 import httpx
 import pytest
-from structlog.testing import capture_logs
 
 from salvagelane.definitions.model import SinkKind, SinkSpec
 from salvagelane.errors import ConfigurationError, SinkError
 from salvagelane.sinks import (
     CallableSink,
-    DeliveryOutcome,
     JsonFileSink,
-    Sink,
     WebhookSink,
     build_sinks,
-    deliver_all,
 )
 from salvagelane.sinks import json_file as json_file_module
 
@@ -294,7 +294,7 @@ def test_a_malformed_reference_is_a_configuration_error(reference: str) -> None:
         CallableSink(reference)
 
 
-# --- build_sinks and deliver_all -----------------------------------------------------------
+# --- build_sinks ---------------------------------------------------------------------------
 
 
 def test_build_sinks_makes_one_sink_per_spec_in_order(tmp_path: Path) -> None:
@@ -322,69 +322,3 @@ def test_build_sinks_makes_one_sink_per_spec_in_order(tmp_path: Path) -> None:
 def test_build_sinks_refuses_a_spec_without_its_destination(spec: SinkSpec, expected: str) -> None:
     with httpx.Client() as client, pytest.raises(ConfigurationError, match=re.escape(expected)):
         build_sinks([spec], client=client)
-
-
-class _BrokenSink:
-    """A sink with a bug: it raises something other than SinkError."""
-
-    kind = "broken"
-
-    @property
-    def target(self) -> str:
-        return "broken://sink"
-
-    def deliver(self, payload: Mapping[str, Any]) -> None:
-        raise KeyError("items")
-
-
-def test_deliver_all_tries_every_sink_and_reports_each_outcome(tmp_path: Path) -> None:
-    sinks: list[Sink] = [
-        CallableSink("_sink_targets:refuse"),
-        _BrokenSink(),
-        JsonFileSink(tmp_path / "{run_id}.json"),
-        CallableSink("_sink_targets:record"),
-    ]
-    payload = _payload()
-
-    outcomes = deliver_all(sinks, payload)
-
-    assert outcomes == [
-        DeliveryOutcome(
-            target="_sink_targets:refuse",
-            kind="callable",
-            ok=False,
-            error="callable sink _sink_targets:refuse: the function raised "
-            "RuntimeError: downstream refused run 2026-11-21T0700-ab12",
-        ),
-        DeliveryOutcome(target="broken://sink", kind="broken", ok=False, error="KeyError: 'items'"),
-        # Where the report went, not the template.
-        DeliveryOutcome(
-            target=str(tmp_path / "2026-11-21T0700-ab12.json"), kind="json_file", ok=True
-        ),
-        DeliveryOutcome(target="_sink_targets:record", kind="callable", ok=True),
-    ]
-    assert json.loads((tmp_path / "2026-11-21T0700-ab12.json").read_text("utf-8")) == PAYLOAD
-    assert _sink_targets.received == [PAYLOAD]
-    assert payload == PAYLOAD
-
-
-def test_deliver_all_logs_only_a_crashing_sink_with_its_traceback() -> None:
-    sinks: list[Sink] = [
-        _BrokenSink(),
-        CallableSink("_sink_targets:refuse"),
-        CallableSink("_sink_targets:record"),
-    ]
-
-    with capture_logs() as entries:
-        deliver_all(sinks, _payload())
-
-    # Expected failures and successes are the caller's to log; a bug is logged here.
-    assert entries == [
-        {
-            "event": "sink.crashed",
-            "log_level": "error",
-            "exc_info": True,
-            "target": "broken://sink",
-            "kind": "broken",
-        }
-    ]

@@ -9,14 +9,12 @@ _full_database.py), a PostgreSQL lock timeout on the run row, and ``kill -9`` of
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,17 @@ import pytest
 import sqlalchemy as sa
 from _cli import FIXTURE, ROOT, clean_env, command, salvagelane, upgraded
 from _provider_server import Scripted, ScriptedServer
+from _run_setup import (
+    COMPLETE,
+    JSON_HEADERS,
+    Project,
+    aimed_at,
+    chat_answer,
+    chat_completion,
+    provider,
+    replay_executor,
+    store,
+)
 
 from salvagelane.connectors import ReplayConnector
 from salvagelane.definitions import load_instruction
@@ -33,10 +42,10 @@ from salvagelane.executor import Executor
 from salvagelane.store import Store, upgrade
 from salvagelane.store.spool import Imported, Spool, SpooledAttempt, recover
 
+__all__ = ["provider", "store"]
+
 SECRET = "sk-spool-test-7b3e91c2-never-on-disk"
 KEY_ENV = "OPENROUTER_API_KEY"
-COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
-JSON_HEADERS = {"Content-Type": "application/json"}
 FULL_DATABASE = Path(__file__).resolve().with_name("_full_database.py")
 WAIT = 90.0
 """Seconds a test waits for an event before it gives up (a hang, never a timing check)."""
@@ -45,25 +54,11 @@ WAIT = 90.0
 # --- set-up ------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def provider() -> Iterator[ScriptedServer]:
-    server = ScriptedServer()
-    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
-
-
 def project(tmp_path: Path, provider: ScriptedServer) -> Path:
     """A copy of the instructions whose daily-triage calls ``provider``; its directory."""
-    shutil.copytree(ROOT / "instructions", tmp_path / "instructions")
-    shutil.copytree(ROOT / "schemas", tmp_path / "schemas")
-    path = tmp_path / "instructions" / "daily-triage.yaml"
-    text = path.read_text(encoding="utf-8")
-    path.write_text(text.replace("https://openrouter.ai/api/v1", provider.base_url), "utf-8")
-    return tmp_path / "instructions"
+    copy = Project.create(tmp_path)
+    copy.edit(aimed_at(provider))
+    return copy.instructions
 
 
 def keep_the_definition(database: str, instructions: Path) -> None:
@@ -95,33 +90,16 @@ def output(padding: int = 0) -> str:
     return text + "\n\nNotes: déjà vu ✓ " + "n" * padding + "\n"
 
 
-def chat(content: str) -> Scripted:
-    return Scripted(body=_chat_body(content), headers=JSON_HEADERS)
-
-
 def chat_then(content: str, action: Any) -> Scripted:
     """``content``, sent only after ``action`` ran (the request has arrived by then)."""
     return Scripted(
-        chunks=[_chat_body(content)],
+        chunks=[json.dumps(chat_completion(content)).encode()],
         stall_after=0,
         stall=0.0,
         on_stall=action,
         resume=True,
         headers=JSON_HEADERS,
     )
-
-
-def _chat_body(content: str) -> bytes:
-    return json.dumps(
-        {
-            "id": "gen-spool",
-            "model": "test/model",
-            "choices": [
-                {"message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
-            ],
-            "usage": {"prompt_tokens": 100, "completion_tokens": 50},
-        }
-    ).encode("utf-8")
 
 
 def start(*args: str, database: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
@@ -251,7 +229,7 @@ def test_an_output_the_locked_database_refused_is_spooled_and_imported(
         assert f"imported: attempt 1 of run {run_id}" in recovered.stdout
         assert recovered.stdout.endswith("1 imported, 0 could not be imported\n")
     else:
-        provider.script.append(chat(output()))
+        provider.script.append(chat_answer(output()))
         again = salvagelane(
             "run", "daily-triage", "--instructions", str(instructions),
             database=database, env={KEY_ENV: SECRET},
@@ -280,7 +258,7 @@ def test_an_output_the_full_database_refused_is_spooled_and_the_next_run_imports
     spool = tmp_path / "elsewhere" / "spool"  # SALVAGELANE_SPOOL_DIR wins over the default
     env = {KEY_ENV: SECRET, "SALVAGELANE_SPOOL_DIR": str(spool)}
     content = output(padding=64 * 1024)  # needs new pages, which the full file cannot get
-    provider.script.append(chat(content))
+    provider.script.append(chat_answer(content))
 
     full = subprocess.run(
         [sys.executable, str(FULL_DATABASE), "run", "daily-triage",
@@ -299,7 +277,7 @@ def test_an_output_the_full_database_refused_is_spooled_and_the_next_run_imports
     assert attempts_of(database, run_id) == []
     assert str(path) in (run_of(database, run_id).error or "")
 
-    provider.script.append(chat(output()))
+    provider.script.append(chat_answer(output()))
     again = salvagelane(
         "run", "daily-triage", "--instructions", str(instructions), database=database, env=env
     )
@@ -322,7 +300,7 @@ def test_an_import_that_fails_or_dies_after_its_commit_leaves_the_file_and_impor
     keep_the_definition(database, instructions)  # a full disk leaves no room for it
     spool = tmp_path / "salvagelane-spool"
     content = output(padding=64 * 1024)
-    provider.script.append(chat(content))
+    provider.script.append(chat_answer(content))
     capped = [sys.executable, str(FULL_DATABASE)]
     environ = clean_env({"SALVAGELANE_DATABASE_URL": database, KEY_ENV: SECRET})
 
@@ -502,13 +480,6 @@ def spooled(
     return SpooledAttempt(**values)
 
 
-@pytest.fixture
-def store(database_url: str) -> Iterator[Store]:
-    upgrade(database_url)
-    with Store.open(database_url) as opened:
-        yield opened
-
-
 def new_run(store: Store) -> str:
     return store.start_run(
         instruction_id="daily-triage",
@@ -651,11 +622,7 @@ def test_when_the_spool_fails_too_the_error_says_both(tmp_path: Path) -> None:
         engine = store._engine  # the test-only event needs the store's own engine
         engine.dispose()
         sa.event.listen(engine, "connect", _cap_at_current_size)
-        executor = Executor(
-            store,
-            connector_for=lambda spec: ReplayConnector(FIXTURE),
-            spool=Spool(blocker / "spool"),
-        )
+        executor = replay_executor(store, spool=Spool(blocker / "spool"))
         with pytest.raises(AttemptNotStoredError) as caught:
             executor.run(instruction)
         sa.event.remove(engine, "connect", _cap_at_current_size)

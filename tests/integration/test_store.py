@@ -15,6 +15,9 @@ import sqlalchemy as sa
 
 from salvagelane.errors import NotFoundError, StoreError
 from salvagelane.store import (
+    ClaimedDelivery,
+    DeliveryRun,
+    PendingDelivery,
     QuarantineRecord,
     ReportItemRecord,
     ReportRecord,
@@ -100,16 +103,24 @@ def finish(
     error: str | None = None,
     report: ReportRecord | None = None,
     quarantined: Sequence[QuarantineRecord] = (),
-) -> None:
-    """``finish_run`` at LATER; unless told, partial, without error, report or quarantine."""
-    store.finish_run(
+    deliveries: Sequence[PendingDelivery] = (),
+) -> list[ClaimedDelivery]:
+    """``finish_run`` at LATER; unless told, partial, without error, report, quarantine or
+    delivery. Returns the deliveries, claimed."""
+    return store.finish_run(
         run_id,
         status=status,
         finished_at=LATER,
         error=error,
         report=report,
         quarantined=quarantined,
+        deliveries=deliveries,
     )
+
+
+def delivery_to(target: str, kind: str = "webhook") -> PendingDelivery:
+    """A delivery to ``target``, leased until LATER."""
+    return PendingDelivery(kind=kind, target=target, next_attempt_at=LATER)
 
 
 def quarantine(attempt_id: str, **changes: Any) -> QuarantineRecord:
@@ -151,20 +162,14 @@ def test_a_run_round_trips_through_every_write(store: Store) -> None:
             origin="operator",
         ),
     )
-    finish(
+    (claim,) = finish(
         store,
         run_id,
         report=report_of(second, *kept),
         quarantined=[quarantine(second), quarantine(first, review_status="superseded")],
+        deliveries=[delivery_to("file:out.json", kind="file")],
     )
-    store.record_sink_delivery(
-        run_id,
-        target="file:out.json",
-        kind="file",
-        status="delivered",
-        error=None,
-        attempted_at=LATER,
-    )
+    store.deliveries.record_result(claim, error=None, now=LATER)
 
     detail = store.get_run(run_id)
 
@@ -253,7 +258,7 @@ def test_a_run_round_trips_through_every_write(store: Store) -> None:
         "delivered",
         None,
     )
-    assert delivery.attempted_at == LATER
+    assert (delivery.attempted_at, delivery.attempts, delivery.next_attempt_at) == (LATER, 1, None)
 
     assert store.get_report_payload(run_id) == {
         "run_id": run_id,
@@ -381,26 +386,39 @@ def test_report_and_quarantine_must_name_attempts_of_the_run(store: Store) -> No
 
 def test_sink_status_follows_the_latest_delivery_per_target(store: Store) -> None:
     run_id = start(store)
+    a, b = finish(
+        store,
+        run_id,
+        report=report_of(attempt(store, run_id), item({"title": "a"})),
+        deliveries=[delivery_to("https://a"), delivery_to("https://b")],
+    )
+    moments = iter(LATER + timedelta(minutes=minutes) for minutes in range(1, 100))
 
-    def deliver(target: str, status: Any, minutes: int) -> str | None:
-        store.record_sink_delivery(
-            run_id,
-            target=target,
-            kind="webhook",
-            status=status,
-            error=None if status == "delivered" else "HTTP 500",
-            attempted_at=NOW + timedelta(minutes=minutes),
-        )
+    def result(claim: ClaimedDelivery, error: str | None) -> str | None:
+        assert store.deliveries.record_result(claim, error=error, now=next(moments)) is not None
         return store.get_run(run_id).sink_status
 
-    assert deliver("https://a", "failed", 1) == "failed"
-    assert deliver("https://a", "delivered", 2) == "delivered"  # the retry worked
-    assert deliver("https://b", "failed", 3) == "failed"
+    def again(target: str) -> ClaimedDelivery:
+        """The delivery to ``target`` claimed by hand (``runs redeliver``)."""
+        now = next(moments)
+        return store.deliveries.claim_target(
+            run_id, kind="webhook", target=target, now=now, lease_until=now
+        )
+
+    assert store.get_run(run_id).sink_status == "pending"
+    assert result(b, None) == "pending"  # a is still on its way
+    assert result(a, "HTTP 500") == "failed"
+    assert result(again("https://a"), None) == "delivered"  # the retry worked
+    # Sent to b again by hand: a new delivery, pending, then failed: the latest one
+    # to b counts, not b's earlier success.
+    resent = again("https://b")
+    assert store.get_run(run_id).sink_status == "pending"
+    assert result(resent, "HTTP 500") == "failed"
     deliveries = store.get_run(run_id).deliveries
-    assert [(d.target, d.status, d.error) for d in deliveries] == [
-        ("https://a", "failed", "HTTP 500"),
-        ("https://a", "delivered", None),
-        ("https://b", "failed", "HTTP 500"),
+    assert [(d.target, d.status, d.attempts, d.error) for d in deliveries] == [
+        ("https://a", "delivered", 2, None),
+        ("https://b", "delivered", 1, None),
+        ("https://b", "failed", 1, "HTTP 500"),
     ]
 
 
@@ -561,10 +579,24 @@ UNKNOWN = "00000000-0000-4000-8000-000000000000"
             id="finish_run",
         ),
         pytest.param(
-            lambda s: s.record_sink_delivery(
-                UNKNOWN, target="t", kind="k", status="delivered", error=None, attempted_at=NOW
+            lambda s: s.deliveries.claim_target(
+                UNKNOWN, kind="k", target="t", now=NOW, lease_until=NOW
             ),
-            id="record_sink_delivery",
+            id="deliveries.claim_target",
+        ),
+        pytest.param(
+            lambda s: s.deliveries.record_result(
+                ClaimedDelivery(
+                    id=1,
+                    run=DeliveryRun(id=UNKNOWN, instruction_id="x", definition_sha256="d"),
+                    kind="k",
+                    target="t",
+                    attempts=1,
+                ),
+                error=None,
+                now=NOW,
+            ),
+            id="deliveries.record_result",
         ),
     ],
 )

@@ -1,10 +1,10 @@
-"""Helpers for the secret-handling tests: a project with a definition aimed at a local
-provider, a scan of every text column of every table, and a leak detector written
-independently of the code under test (it decodes what it searches, where the scrub
-encodes what it looks for).
+"""Helpers for the secret-handling tests: a scan of every text column of every table, and
+a leak detector written independently of the code under test (it decodes what it searches,
+where the scrub encodes what it looks for).
 
-The integration helpers (``_cli``, ``_provider_server``) and the ``database_url``
-fixture (SQLite and PostgreSQL) are reused from tests/integration.
+The integration helpers (``_cli``, ``_provider_server``, ``_run_setup``: the project, the
+local provider) and the ``database_url`` fixture (SQLite and PostgreSQL) are reused from
+tests/integration and re-exported here.
 """
 
 from __future__ import annotations
@@ -13,16 +13,12 @@ import base64
 import importlib.util
 import json
 import re
-import shutil
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus
 
-import pytest
 import sqlalchemy as sa
 
 INTEGRATION = Path(__file__).resolve().parents[1] / "integration"
@@ -31,6 +27,7 @@ if str(INTEGRATION) not in sys.path:
 
 from _cli import ROOT, salvagelane, upgraded  # noqa: E402
 from _provider_server import SSE_HEADERS, Scripted, ScriptedServer, sse_event  # noqa: E402
+from _run_setup import Project, chat_answer, provider  # noqa: E402
 
 
 def _integration_fixtures() -> Any:
@@ -74,62 +71,6 @@ __all__ = [
 ]
 
 
-@pytest.fixture
-def provider() -> Iterator[ScriptedServer]:
-    """A scripted HTTP server on 127.0.0.1, serving the provider and the webhook alike."""
-    server = ScriptedServer()
-    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
-
-
-# --- the project ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Project:
-    """A copy of the example project whose daily-triage definition is edited per test."""
-
-    root: Path
-
-    @classmethod
-    def create(cls, root: Path) -> Project:
-        shutil.copytree(ROOT / "instructions", root / "instructions")
-        shutil.copytree(ROOT / "schemas", root / "schemas")
-        return cls(root)
-
-    @property
-    def instructions(self) -> Path:
-        return self.root / "instructions"
-
-    @property
-    def definition(self) -> Path:
-        return self.instructions / "daily-triage.yaml"
-
-    def edit(self, replacements: dict[str, str], append: str = "") -> Path:
-        """Replace each text (which must occur once) in the definition; append ``append``."""
-        text = self.definition.read_text(encoding="utf-8")
-        for old, new in replacements.items():
-            assert text.count(old) == 1, old
-            text = text.replace(old, new)
-        self.definition.write_text(text + append, encoding="utf-8")
-        return self.definition
-
-    def run(self, database: str, env: dict[str, str], *args: str) -> Any:
-        return salvagelane(
-            "run",
-            "daily-triage",
-            "--instructions",
-            str(self.instructions),
-            *args,
-            database=database,
-            env={"SALVAGELANE_LOG_FORMAT": "json", **env},
-        )
-
-
 # --- model answers -------------------------------------------------------------------------------
 
 
@@ -160,17 +101,6 @@ def report_text(why: str = "Cut-over is on Friday.", *, broken: str | None = Non
     if broken is not None:
         items.append(broken)
     return '{"summary": "Two streams matter today.", "recommendations": [' + ", ".join(items) + "]}"
-
-
-def chat_answer(text: str) -> Scripted:
-    """An OpenAI-compatible chat completion answering ``text``."""
-    body = {
-        "id": "gen-1",
-        "model": "test/model",
-        "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 20},
-    }
-    return Scripted(body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
 
 
 # --- looking for secrets -------------------------------------------------------------------------

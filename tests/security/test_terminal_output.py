@@ -17,7 +17,6 @@ escapes (``\\x1b``), in a pipe and at a terminal alike.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import io
 import itertools
 import json
@@ -25,13 +24,10 @@ import os
 import pty
 import re
 import select
-import shutil
 import subprocess
-import sys
 import termios
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,20 +35,12 @@ from typing import Any
 import pytest
 from _cli import FIXTURE, ROOT, clean_env, command, salvagelane, upgraded
 from _provider_server import Scripted, ScriptedServer
+from _run_setup import Project, aimed_at, items, provider
+from _secrets_support import database_url, postgres_database
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-# The integration tests' databases (SQLite, and PostgreSQL when configured), under a
-# module name of their own: tests/security has no conftest fixtures of its own to share.
-_spec = importlib.util.spec_from_file_location(
-    "_integration_databases", ROOT / "tests" / "integration" / "conftest.py"
-)
-assert _spec is not None
-assert _spec.loader is not None
-_databases = sys.modules.setdefault(_spec.name, importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(_databases)
-postgres_database = _databases.postgres_database
-database_url = _databases.database_url
+__all__ = ["database_url", "postgres_database", "provider"]
 
 # --- what a hostile producer sends -------------------------------------------------------------
 
@@ -319,8 +307,7 @@ def test_fuzz_the_renderer(text: str) -> None:
 # --- (b) end to end: a hostile provider, a hostile reviewer, every view -------------------------
 
 KEY_ENV = "SALVAGELANE_TEST_API_KEY"
-COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
-ITEMS = [dict(item, rank=rank) for rank, item in enumerate(COMPLETE["recommendations"][:3], 1)]
+ITEMS = items(3)
 
 
 def hostile_output() -> str:
@@ -345,17 +332,6 @@ def hostile_output() -> str:
     )
 
 
-@pytest.fixture
-def provider() -> Iterator[ScriptedServer]:
-    server = ScriptedServer()
-    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class HostileRun:
     database: str
@@ -370,18 +346,9 @@ def stored_hostile_run(database_url: str, tmp_path: Path, provider: ScriptedServ
     """A run stored from a provider that first fails with a hostile error message, then
     answers with a hostile model name, finish reason and output."""
     database = upgraded(database_url)
-    shutil.copytree(ROOT / "instructions", tmp_path / "instructions")
-    shutil.copytree(ROOT / "schemas", tmp_path / "schemas")
-    definition = tmp_path / "instructions" / "daily-triage.yaml"
-    text = definition.read_text(encoding="utf-8")
-    for old, new in {
-        "base_url: https://openrouter.ai/api/v1": f"base_url: {provider.base_url}",
-        "api_key_env: OPENROUTER_API_KEY": f"api_key_env: {KEY_ENV}",
-        "on: [nothing_salvaged, truncated]": "on: [nothing_salvaged, truncated, provider_error]",
-    }.items():
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    definition.write_text(text, encoding="utf-8")
+    project = Project.create(tmp_path)
+    retried = "on: [nothing_salvaged, truncated, provider_error]"
+    project.edit({**aimed_at(provider, KEY_ENV), "on: [nothing_salvaged, truncated]": retried})
     content = hostile_output()
     provider.script.extend(
         [
@@ -408,7 +375,7 @@ def stored_hostile_run(database_url: str, tmp_path: Path, provider: ScriptedServ
         ]
     )
     run = salvagelane(
-        "run", "daily-triage", "--instructions", str(tmp_path / "instructions"),
+        "run", "daily-triage", "--instructions", str(project.instructions),
         database=database, env={KEY_ENV: "sk-terminal-test-key-0001"},
     )  # fmt: skip
     assert run.returncode == 0, run.stderr

@@ -1,12 +1,13 @@
-"""Report sinks: where a stored report is delivered, and delivering to all of them.
+"""Report sinks: where a stored report is delivered, and delivering to one of them.
 
-A failing sink never stops the others, nor the run: :func:`deliver_all` tries every
-sink and reports one :class:`DeliveryOutcome` each.
+A failing sink never stops the others, nor the run: :func:`deliver_one` reports how a
+delivery went as a :class:`DeliveryOutcome`, never by raising, so the outbox
+(:mod:`salvagelane.delivery`) tries every sink of a run and records each outcome.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,6 @@ __all__ = [
     "Sink",
     "WebhookSink",
     "build_sinks",
-    "deliver_all",
     "deliver_one",
     "describe",
     "run_address",
@@ -80,11 +80,6 @@ def build_sinks(specs: Sequence[SinkSpec], *, client: httpx.Client) -> list[Sink
     return sinks
 
 
-def deliver_all(sinks: Iterable[Sink], payload: Mapping[str, Any]) -> list[DeliveryOutcome]:
-    """Deliver ``payload`` to every sink, in order, whatever fails on the way."""
-    return [deliver_one(sink, payload) for sink in sinks]
-
-
 def deliver_one(sink: Sink, payload: Mapping[str, Any]) -> DeliveryOutcome:
     """Deliver ``payload`` to ``sink``; how it went, never an exception from the sink.
 
@@ -114,7 +109,7 @@ def describe(sink: Sink, payload: Mapping[str, Any] | None = None) -> tuple[str,
     if payload is not None:
         target_for = getattr(sink, "target_for", None)
         if callable(target_for):
-            # Read defensively, as _target is: a sink's bug must not escape deliver_all.
+            # Read defensively, as _target is: a sink's bug must not escape a delivery.
             try:
                 return kind, str(target_for(payload))
             except Exception:
@@ -135,7 +130,7 @@ def _kind(sink: Sink) -> str:
 
 
 def _target(sink: Sink) -> str:
-    # Read defensively: a broken sink's target property must not escape deliver_all.
+    # Read defensively: a broken sink's target property must not escape a delivery.
     try:
         return str(sink.target)
     except Exception as exc:

@@ -48,7 +48,6 @@ from salvagelane.store.records import (
     ClaimedDelivery,
     DefinitionRecord,
     DeliveryRun,
-    DeliveryStatus,
     FailureStatus,
     FinalRunStatus,
     PendingDelivery,
@@ -79,7 +78,6 @@ MIN_PREFIX = 8
 SUPERSEDED = ReviewStatus.SUPERSEDED.value
 _FINAL_STATUSES = frozenset(get_args(FinalRunStatus))
 _FAILURE_STATUSES = frozenset(get_args(FailureStatus))
-_DELIVERY_STATUSES = frozenset(get_args(DeliveryStatus))
 _TRIGGERS = frozenset(get_args(Trigger))
 
 
@@ -598,36 +596,6 @@ class Store:
             _close(
                 _running_run(session, run_id), status=status, finished_at=finished_at, error=error
             )
-
-    def record_sink_delivery(
-        self,
-        run_id: str,
-        *,
-        target: str,
-        kind: str,
-        status: str,
-        error: str | None,
-        attempted_at: datetime,
-    ) -> None:
-        """Append a finished delivery to the run's history and update its ``sink_status``
-        (see :func:`_refresh_sink_status`). Deliveries the executor makes go through the
-        outbox (:attr:`deliveries`) instead.
-        """
-        _check_vocabulary("status", status, _DELIVERY_STATUSES)
-        with self._transaction(f"record a sink delivery of run {run_id}") as session:
-            run = _get_run(session, run_id, for_update=True)
-            session.add(
-                SinkDelivery(
-                    run_id=run_id,
-                    target=target,
-                    kind=kind,
-                    status=status,
-                    error=error,
-                    attempted_at=attempted_at,
-                )
-            )
-            session.flush()
-            _refresh_sink_status(session, run)
 
     # --- reads ------------------------------------------------------------------------------
 
