@@ -39,12 +39,16 @@ from salvagelane.core.finish import FinishReason
 from salvagelane.core.records import Status
 from salvagelane.core.salvage import bytes_over_cap
 from salvagelane.definitions import (
+    DefinitionSnapshot,
     Instruction,
     RenderedPrompt,
     render_prompt,
     resolve_allow_lists,
     resolve_context,
+    snapshot_for_run,
+    with_snapshot,
 )
+from salvagelane.definitions.snapshot import without_secrets
 from salvagelane.delivery import (
     DEFAULT_POLICY,
     DeliveryPolicy,
@@ -67,6 +71,7 @@ from salvagelane.logs import bound, get_logger, redact_text, redact_url, scrub_t
 from salvagelane.sinks import DeliveryOutcome, Sink, run_address
 from salvagelane.store import (
     ClaimedDelivery,
+    DefinitionRecord,
     QuarantineRecord,
     ReportItemRecord,
     ReportRecord,
@@ -174,16 +179,37 @@ class Executor:
         trigger: Trigger = Trigger.MANUAL,
         scheduled_for: datetime | None = None,
         retry_of: str | None = None,
+        forced: bool = False,
     ) -> RunOutcome:
         """One run, from render to delivery. Returns how it ended.
 
         With ``scheduled_for`` the run first claims that fire (``retry_of``: the one retry
-        of an interrupted run of it): DuplicateFireError, before anything else happens,
-        when it is already claimed. Raises when the database fails or on a bug: the run
-        is then recorded ``failed`` if the database still answers, and stays ``running``
+        of an interrupted run of it): DuplicateFireError, before anything else is
+        written, when it is already claimed. ``forced`` records that ``scheduled_for`` is
+        not a fire time of the schedule (the caller checked, the operator insisted).
+
+        The definition's version (its text and the files it names, read now) is stored
+        with the run, and the run reads those files from it: what the store keeps is what
+        the run used. Raises when the database fails or on a bug: the run is then
+        recorded ``failed`` if the database still answers, and stays ``running``
         otherwise; its raw outputs are stored either way.
         """
         started = self._clock()
+        unreadable: DefinitionError | None = None
+        snapshot: DefinitionSnapshot | None = None
+        try:
+            snapshot = snapshot_for_run(instruction)
+        except DefinitionError as exc:
+            unreadable = exc  # the run is recorded failed with it, once it is claimed
+        # What is stored has no secret (a URL's credentials); the run reads the files as
+        # they are. Nothing is stored when a secret could not be taken out.
+        kept = None if snapshot is None else without_secrets(snapshot, instruction.definition)
+        if snapshot is not None and kept is None:
+            log.warning(
+                "definition.not_stored",
+                instruction=instruction.id,
+                reason="a credential in a URL of the definition could not be redacted",
+            )
         run_id = self._store.start_run(
             instruction_id=instruction.id,
             definition_sha256=instruction.definition_sha256,
@@ -191,6 +217,15 @@ class Executor:
             scheduled_for=scheduled_for,
             now=started,
             retry_of=retry_of,
+            definition=None
+            if kept is None
+            else DefinitionRecord(
+                sha256=kept.sha256,
+                instruction_id=instruction.id,
+                definition_sha256=instruction.definition_sha256,
+                content=kept.to_json(),
+            ),
+            forced=forced,
         )
         if self._on_claimed is not None:
             self._on_claimed(run_id)
@@ -205,7 +240,10 @@ class Executor:
             try:
                 with self._heartbeat(run_id), reference_time(scheduled_for or started):
                     state.sinks = self._build_sinks(instruction)
-                    outcome = self._execute(instruction, state)
+                    if unreadable is not None:
+                        raise unreadable
+                    assert snapshot is not None
+                    outcome = self._execute(with_snapshot(instruction, snapshot), state)
             except DefinitionError as exc:
                 outcome = self._fail(instruction, state, f"definition: {exc}")
             except AttemptNotStoredError as exc:

@@ -20,16 +20,28 @@ A fixture is a directory holding:
     ``status``, ``envelope_keys``, the accepted ``items`` in report order (source
     ``index``, ``sha256`` of the data's canonical JSON, and the ``data``) and the
     ``quarantined`` candidates in order (source ``index``, ``reason``).
+``definition.json``
+    The definition the run was made with, as the store kept it
+    (:class:`salvagelane.definitions.DefinitionSnapshot`: its YAML text and the files
+    it names, schemas, allow-lists and context files), with ``sha256`` naming the
+    version. Captured from a run stored before definitions were kept, and in a
+    hand-made fixture, there is none.
 
-Replaying a fixture salvages ``raw.txt`` with today's definition of its instruction
-(schema, items path, guardrails, allow-lists) and compares the outcome with
-``expected.json``: no provider is called and no database is opened.
+Replaying a fixture salvages ``raw.txt`` with the definition its run was made with
+(``definition.json``: schema, items path, guardrails, allow-lists), or with
+``--use-current`` with today's definition of its instruction in the instructions
+directory (saying what differs), and compares the outcome with ``expected.json``: no
+provider is called and no database is opened. A fixture without ``definition.json``
+is replayed only with ``--use-current``.
 
 A fixture is data: it arrives attached to bug reports. ``instruction`` must be an
 instruction id, and is looked up only among the definitions of the instructions
 directory (:func:`salvagelane.definitions.ids.instruction_by_id`), never opened as a
-path; the three files must be regular files (no symbolic link, FIFO or device) of
-bounded size; ``source`` and fields not listed here are never interpreted. A fixture
+path; its files must be regular files (no symbolic link, FIFO or device) of bounded
+size; ``source`` and fields not listed here are never interpreted. ``definition.json``
+is rebuilt without touching the filesystem (:func:`salvagelane.definitions.load_stored`)
+and must define the fixture's instruction; a context callable it names runs only when
+the definition of the same id in the instructions directory names it too. A fixture
 that breaks these rules is refused (verdict ``refused``): nothing of it is salvaged,
 compared or written.
 """
@@ -40,7 +52,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -62,16 +74,23 @@ from salvagelane.core.outcome import (
     compare,
     outcome_of,
 )
-from salvagelane.errors import InputError, NotFoundError, SalvagelaneError, not_utf8
+from salvagelane.errors import (
+    DefinitionError,
+    InputError,
+    NotFoundError,
+    SalvagelaneError,
+    not_utf8,
+)
 from salvagelane.logs import MIN_SECRET_LENGTH, secret_field_name
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is only needed to capture
-    from salvagelane.definitions import Instruction
+    from salvagelane.definitions import DefinitionSnapshot, Instruction
     from salvagelane.store import AttemptView, RunDetail, Store
 
 RAW_FILE = "raw.txt"
 META_FILE = "meta.json"
 EXPECTED_FILE = "expected.json"
+DEFINITION_FILE = "definition.json"  # salvagelane.definitions.DEFINITION_FILE
 
 Verdict = Literal["same", "differs", "error", "refused", "updated", "recorded"]
 
@@ -246,6 +265,12 @@ class FixtureReplay:
     expected: Outcome | None = None
     actual: Outcome | None = None
     error: str | None = None
+    definition: str | None = None
+    """The definition replayed with: ``stored <version>`` (the fixture's own) or
+    ``current``."""
+    note: str | None = None
+    """With ``--use-current``: which files of the current definition differ from the
+    fixture's."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -255,37 +280,85 @@ class FixtureReplay:
             "status": None if self.actual is None else self.actual.status,
             "differences": [d.to_json() for d in self.differences],
             "error": self.error,
+            "definition": self.definition,
+            "note": self.note,
         }
 
 
 class Replayer:
-    """Replays fixtures against today's definitions in ``instructions_dir``, each
-    looked up, loaded and resolved once.
+    """Replays fixtures with the definition each one's run was made with (its
+    ``definition.json``), or with ``use_current`` with today's definitions in
+    ``instructions_dir``; each definition loaded and resolved once.
 
-    A fixture's ``instruction`` is only ever an id looked up among those definitions
-    (never a path), so nothing outside the operator's own definitions is loaded or
-    run. Context is resolved only when an allow-list needs it, so a definition whose
-    prompt context calls out to a service replays offline.
+    A fixture's ``instruction`` is only ever an id, looked up among the definitions of
+    ``instructions_dir`` (never a path), so nothing outside the operator's own
+    definitions is loaded or run: a fixture's own definition is rebuilt without touching
+    the filesystem, and the context callables it names run only when the operator's
+    definition of that id names them too. Context is resolved only when an allow-list
+    needs it, so a definition whose prompt context calls out to a service replays
+    offline.
     """
 
-    def __init__(self, instructions_dir: Path) -> None:
+    def __init__(self, instructions_dir: Path, *, use_current: bool = False) -> None:
         self._directory = instructions_dir
+        self._use_current = use_current
         self._policies: dict[str, SalvagePolicy | SalvagelaneError] = {}
+        self._current: dict[str, Instruction | SalvagelaneError] = {}
+
+    def current(self, instruction_id: str) -> Instruction:
+        """The definition with id ``instruction_id`` in the instructions directory;
+        InputError for anything but an id, NotFoundError when no definition has it."""
+        from salvagelane.definitions.ids import instruction_by_id
+
+        if instruction_id not in self._current:
+            try:
+                self._current[instruction_id] = instruction_by_id(
+                    instruction_id, self._directory, where="instruction"
+                )
+            except SalvagelaneError as exc:
+                self._current[instruction_id] = exc
+        found = self._current[instruction_id]
+        if isinstance(found, SalvagelaneError):
+            raise found
+        return found
 
     def policy_for(self, instruction_id: str) -> SalvagePolicy:
-        """The salvage policy of the definition with id ``instruction_id``; InputError
-        for anything but an id, NotFoundError when no definition has it."""
-        from salvagelane.definitions.ids import instruction_by_id
+        """The salvage policy of the current definition with id ``instruction_id``;
+        InputError for anything but an id, NotFoundError when no definition has it."""
+        from salvagelane.definitions import review_policy
 
         if instruction_id not in self._policies:
             try:
-                instruction = instruction_by_id(
-                    instruction_id, self._directory, where="instruction"
-                )
-                self._policies[instruction_id] = _policy(instruction)
+                self._policies[instruction_id] = review_policy(self.current(instruction_id))
             except SalvagelaneError as exc:
                 self._policies[instruction_id] = exc
         policy = self._policies[instruction_id]
+        if isinstance(policy, SalvagelaneError):
+            raise policy
+        return policy
+
+    def stored_policy(self, snapshot: DefinitionSnapshot, instruction_id: str) -> SalvagePolicy:
+        """The salvage policy of the fixture's own definition ``snapshot``, which must
+        define ``instruction_id``. DefinitionError when it does not load, or names a
+        context callable an allow-list needs that the operator's definition does not."""
+        from salvagelane.definitions import load_stored, review_policy
+
+        key = f"stored:{snapshot.sha256}"
+        if key not in self._policies:
+            try:
+                stored = load_stored(snapshot)
+                if stored.id != instruction_id:
+                    raise InputError(
+                        f"{DEFINITION_FILE}: defines {stored.id!r}, but {META_FILE} names "
+                        f"{instruction_id!r}: expected the definition of the fixture's "
+                        "instruction"
+                    )
+                self._policies[key] = review_policy(
+                    stored, trusted=lambda: self.current(instruction_id)
+                )
+            except SalvagelaneError as exc:
+                self._policies[key] = exc
+        policy = self._policies[key]
         if isinstance(policy, SalvagelaneError):
             raise policy
         return policy
@@ -297,16 +370,66 @@ class Replayer:
         try:
             raw = read_fixture_text(directory / RAW_FILE)
             meta = read_meta(directory / META_FILE)
+            snapshot = read_definition(directory)
         except InputError as exc:
             return _verdict(directory, "refused", None, exc)
         instruction = meta.instruction
+        note = None
         try:
-            policy = self.policy_for(instruction)
+            if self._use_current:
+                policy = self.policy_for(instruction)
+                definition = "current"
+                note = self._note(instruction, snapshot, directory)
+            elif snapshot is None:
+                raise _NoDefinition(
+                    f"{directory}: no {DEFINITION_FILE}: the fixture does not carry the "
+                    "definition its run was made with (it is hand-made, or was captured "
+                    "from a run stored before salvagelane kept definitions); replay it "
+                    f"with --use-current to use the definition in {self._directory}/"
+                )
+            else:
+                policy = self.stored_policy(snapshot, instruction)
+                definition = f"stored {snapshot.sha256[:12]}"
+        except _NoDefinition as exc:
+            return _verdict(directory, "refused", instruction, exc)
         except (InputError, NotFoundError) as exc:
             # Said once per id, so the fixture's meta.json is named here.
-            return _verdict(directory, "refused", instruction, exc, where=directory / META_FILE)
+            where = directory / META_FILE if snapshot is None or self._use_current else None
+            where = where or directory / DEFINITION_FILE
+            return _verdict(directory, "refused", instruction, exc, where=where)
+        except DefinitionError as exc:
+            if snapshot is not None and not self._use_current:
+                return _verdict(
+                    directory, "refused", instruction, exc, where=directory / DEFINITION_FILE
+                )
+            return _verdict(directory, "error", instruction, exc)
         except SalvagelaneError as exc:
             return _verdict(directory, "error", instruction, exc)
+        found = self._compare(directory, raw, meta, policy, update=update)
+        return replace(found, definition=definition, note=note)
+
+    def _note(
+        self, instruction: str, snapshot: DefinitionSnapshot | None, directory: Path
+    ) -> str | None:
+        """What ``--use-current`` says about a fixture that carries its own definition."""
+        from salvagelane.definitions.versions import what_differs
+
+        if snapshot is None:
+            return None
+        return what_differs(
+            self.current(instruction), snapshot, whose=f"the fixture's run ({directory.name})"
+        )
+
+    def _compare(
+        self,
+        directory: Path,
+        raw: str,
+        meta: FixtureMeta,
+        policy: SalvagePolicy,
+        *,
+        update: bool,
+    ) -> FixtureReplay:
+        instruction = meta.instruction
         try:
             expected = _expected_for_replay(directory)
         except _UnusableExpected as exc:
@@ -350,6 +473,30 @@ class Replayer:
             expected=expected,
             actual=actual,
         )
+
+
+class _NoDefinition(InputError):
+    """The fixture carries no definition and ``--use-current`` was not given."""
+
+
+def read_definition(directory: Path) -> DefinitionSnapshot | None:
+    """The fixture's ``definition.json`` (None when it has none); InputError when it is
+    not a regular file of bounded size, not a stored definition, or not the version its
+    ``sha256`` names."""
+    from salvagelane.definitions.snapshot import MAX_SNAPSHOT_BYTES
+    from salvagelane.definitions.versions import checked_snapshot
+
+    path = directory / DEFINITION_FILE
+    if not _entry_exists(path):
+        return None
+    # JSON escapes may take six bytes for one: the file's cap allows for them.
+    document = read_fixture_json(path, limit=6 * MAX_SNAPSHOT_BYTES + 65536)
+    if not isinstance(document, Mapping) or not isinstance(document.get("sha256"), str):
+        raise InputError(f"{path}: expected a stored definition with its sha256")
+    try:
+        return checked_snapshot(document.get("definition"), document["sha256"], where=str(path))
+    except ValueError as exc:
+        raise InputError(str(exc)) from exc
 
 
 class _UnusableExpected(InputError):
@@ -398,14 +545,6 @@ def _verdict(
     return FixtureReplay(path=directory, verdict=verdict, instruction=instruction, error=message)
 
 
-def _policy(instruction: Instruction) -> SalvagePolicy:
-    from salvagelane.definitions import resolve_allow_lists, resolve_context
-
-    needs_context = any(spec.context is not None for spec in instruction.guardrails.allow_lists)
-    context = resolve_context(instruction) if needs_context else {}
-    return instruction.salvage_policy(resolve_allow_lists(instruction, context))
-
-
 # --- capturing -------------------------------------------------------------------------------
 
 
@@ -419,6 +558,9 @@ class CapturedFixture:
     attempt: int
     meta: FixtureMeta
     expected: Outcome | None
+    definition: str | None = None
+    """The version of the definition written to ``definition.json``; None when the run's
+    was not kept (stored before salvagelane kept definitions)."""
 
 
 def capture_run(
@@ -436,10 +578,11 @@ def capture_run(
     ``attempt`` None takes the attempt the run's report came from, else the last one
     with raw output. ``expected.json`` is the outcome the run stored (its report's model
     items and that attempt's quarantine), so a replay checks today's definition against
-    what really happened; it is left out for an attempt without a stored report. Refuses
-    a non-empty ``to`` unless ``force``, a run whose stored instruction is not an
-    instruction id, and to write any value of a secret environment variable
-    (``*_API_KEY``, ``*_TOKEN``...).
+    what really happened; it is left out for an attempt without a stored report.
+    ``definition.json`` is the definition the run was made with, as stored (left out for
+    a run stored before definitions were kept). Refuses a non-empty ``to`` unless
+    ``force``, a run whose stored instruction is not an instruction id, and to write any
+    value of a secret environment variable (``*_API_KEY``, ``*_TOKEN``...).
     """
     from salvagelane.definitions.ids import require_instruction_id
 
@@ -479,16 +622,45 @@ def capture_run(
     files = {RAW_FILE: raw, META_FILE: _json_text(meta.to_json())}
     if expected is not None:
         files[EXPECTED_FILE] = _json_text(expected.to_json())
+    version = _stored_definition(store, detail.id, instruction_id)
+    if version is not None:
+        files[DEFINITION_FILE] = _json_text(version)
     _refuse_secrets(files)
     _prepare_directory(to, force=force)
-    if expected is None:
-        # A stale expected outcome of another capture would not be this attempt's.
-        (to / EXPECTED_FILE).unlink(missing_ok=True)
+    # A stale file of another capture would not be this attempt's (or this run's).
+    for name in (EXPECTED_FILE, DEFINITION_FILE):
+        if name not in files:
+            (to / name).unlink(missing_ok=True)
     for name, text in files.items():
         _write_text(to / name, text)
     return CapturedFixture(
-        path=to, run_id=detail.id, attempt=chosen.number, meta=meta, expected=expected
+        path=to,
+        run_id=detail.id,
+        attempt=chosen.number,
+        meta=meta,
+        expected=expected,
+        definition=None if version is None else str(version["sha256"]),
     )
+
+
+def _stored_definition(store: Store, run_id: str, instruction_id: str) -> dict[str, Any] | None:
+    """``definition.json`` for run ``run_id``: the stored definition it was made with,
+    checked against its version; None when the run has none."""
+    from salvagelane.definitions.versions import checked_snapshot
+
+    record = store.get_definition(run_id)
+    if record is None:
+        return None
+    try:
+        snapshot = checked_snapshot(record.content, record.sha256, where=f"run {run_id}")
+    except ValueError as exc:
+        raise InputError(str(exc)) from exc
+    return {
+        "sha256": snapshot.sha256,
+        "instruction": instruction_id,
+        "definition_sha256": record.definition_sha256,
+        "definition": snapshot.to_json(),
+    }
 
 
 def _chosen_attempt(detail: RunDetail, number: int | None) -> AttemptView:

@@ -30,12 +30,21 @@ def load_json_file(path: Path, *, what: str, error: type[SalvagelaneError] = Sch
         raise error(f"{what} {path}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise error(f"{what} {path}: not UTF-8 text: {not_utf8(exc)}") from exc
+    return parse_json_text(text, what=what, shown=str(path), error=error)
+
+
+def parse_json_text(
+    text: str, *, what: str, shown: str, error: type[SalvagelaneError] = SchemaError
+) -> Any:
+    """The JSON document ``text`` holds (the file ``shown``); ``error`` otherwise."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise error(
-            f"{what} {path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+            f"{what} {shown}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from exc
+    except RecursionError as exc:
+        raise error(f"{what} {shown}: nested too deeply to read") from exc
 
 
 def load_item_schema(path: Path, *, resources: Iterable[Path] = ()) -> ItemSchema:
@@ -54,11 +63,17 @@ def load_allow_list(path: Path) -> frozenset[str]:
         raise AllowListError(f"allow-list {path}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise AllowListError(f"allow-list {path}: not UTF-8 text: {not_utf8(exc)}") from exc
+    return allow_list_values(text, shown=str(path))
+
+
+def allow_list_values(text: str, *, shown: str) -> frozenset[str]:
+    """The values of the allow-list ``text`` (the file ``shown``): one per line, blank
+    lines and lines starting with ``#`` skipped."""
     values = frozenset(
         line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")
     )
     if not values:
-        raise AllowListError(f"allow-list {path}: no values (expected one value per line)")
+        raise AllowListError(f"allow-list {shown}: no values (expected one value per line)")
     return values
 
 

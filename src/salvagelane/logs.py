@@ -346,15 +346,16 @@ class SecretPattern:
     folded: re.Pattern[str]
     anycase: re.Pattern[str]
 
-    def subn(self, text: str) -> tuple[str, int]:
-        """``text`` with each match replaced by :data:`REDACTED`, and how many there were."""
+    def subn(self, text: str, replacement: str = REDACTED) -> tuple[str, int]:
+        """``text`` with each match replaced by ``replacement`` (:data:`REDACTED`), and
+        how many there were."""
         lowered = text.lower()
         if len(lowered) != len(text):
-            return self.anycase.subn(REDACTED, text)
+            return self.anycase.subn(replacement.replace("\\", "\\\\"), text)
         pieces: list[str] = []
         last = 0
         for match in self.folded.finditer(lowered):
-            pieces += (text[last : match.start()], REDACTED)
+            pieces += (text[last : match.start()], replacement)
             last = match.end()
         if not pieces:
             return text, 0
@@ -415,15 +416,15 @@ def scrub_text(text: str, *also: str | None) -> str:
     return redact_text(text, *also)[0]
 
 
-def redact_text(text: str, *also: str | None) -> tuple[str, int]:
-    """:func:`scrub_text`, and how many replacements were made."""
+def redact_text(text: str, *also: str | None, replacement: str = REDACTED) -> tuple[str, int]:
+    """:func:`scrub_text`, and how many replacements were made (each by ``replacement``)."""
     for value in also:
         if value:
             register_secret(value)
     pattern = _secret_pattern
     if pattern is None:
         return text, 0
-    return pattern.subn(text)
+    return pattern.subn(text, replacement)
 
 
 def redact_url(url: str, *, keep_path: bool = True) -> str:

@@ -239,6 +239,23 @@ def latest_fire_time(
     return found[0] if found else None
 
 
+FIRE_LOOK_BACK = timedelta(days=366 * 8)
+"""How far back :func:`nearest_fire_times` looks for a fire (a 29 February job fires
+once in four years, or eight across a century that skips a leap day)."""
+
+
+def nearest_fire_times(
+    schedule: Schedule, moment: datetime
+) -> tuple[datetime | None, datetime | None]:
+    """The newest fire at or before ``moment`` (within :data:`FIRE_LOOK_BACK`) and the
+    first strictly after it, in UTC; None where there is none. ``moment`` is a fire
+    time of the schedule exactly when the first equals it."""
+    moment = _aware(moment, "moment").astimezone(UTC)
+    trigger = cron_trigger(schedule)
+    found = _newest_fires(trigger, moment - FIRE_LOOK_BACK, moment, 1)
+    return (found[0] if found else None), _after(trigger, moment)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CatchUpPlan:
     """What ``serve`` does about fires that passed while nobody ran them.

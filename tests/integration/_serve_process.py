@@ -41,7 +41,7 @@ KEY_ENV = "SALVAGELANE_SERVE_TEST_KEY"
 REPLAY_CONNECTOR = """connector:
   kind: replay
   model: recorded
-  fixture: ../fixture/raw.txt
+  fixture: ../fixture
   max_output_tokens: 4096
   temperature: 0.2
   timeout_seconds: 60

@@ -155,15 +155,20 @@ def test_approve_checks_the_guardrails_and_audits_every_attempt(
     assert (len(report["items"]), report["partial"], report["counts"]["accepted"]) == (7, True, 7)
     assert listed(database)[0]["review_status"] == "pending"
 
-    # With max_items raised to 8 in a copy of the definition, the same item passes.
+    # With max_items raised to 8 in a copy of the definition, the run's own version
+    # (stored with it) still decides...
     shutil.copytree(ROOT / "instructions", tmp_path / "instructions")
     shutil.copytree(ROOT / "schemas", tmp_path / "schemas")
     definition = tmp_path / "instructions" / "daily-triage.yaml"
     text = definition.read_text(encoding="utf-8")
     definition.write_text(text.replace("max_items: 7", "max_items: 8"), encoding="utf-8")
     instructions = ("--instructions", str(tmp_path / "instructions"), "--note", "re-typed")
+    still_seven = approve(EIGHTH, *instructions)
+    assert still_seven.returncode == 1
+    assert "expected  at most 7 items in the report" in still_seven.stderr
 
-    approved = approve(EIGHTH, *instructions)
+    # ... and with --use-current the edited one does: the same item passes.
+    approved = approve(EIGHTH, *instructions, "--use-current")
 
     assert approved.returncode == 0, approved.stderr
     # Nothing is held back any more, but the model's output was cut off: the run and its
@@ -174,7 +179,11 @@ def test_approve_checks_the_guardrails_and_audits_every_attempt(
         "output was cut off (truncated): no review makes it ok; 1 item approved by an "
         "operator (origin operator)\n"
     )
-    assert "checked against the current definition" in approved.stderr
+    assert approved.stderr.startswith(
+        f"note: using the current definition of daily-triage ({definition}), not the version "
+        f"run {run_id[:8]} was made with (stored "
+    )
+    assert approved.stderr.endswith("): daily-triage.yaml changed (guardrails)\n")
     report = report_of(database, run_id)
     assert [item["origin"] for item in report["items"]] == ["model"] * 7 + ["operator"]
     assert report["items"][-1]["data"] == EIGHTH
@@ -194,13 +203,14 @@ def test_approve_checks_the_guardrails_and_audits_every_attempt(
         ("approve_refused", "schema"),
         ("approve_refused", "allow_list"),
         ("approve_refused", "over_limit"),
+        ("approve_refused", "over_limit"),
         ("approve", None),
     ]
     shown = salvagelane("quarantine", "show", qid, database=database).stdout
-    assert "audit trail (4)" in shown
+    assert "audit trail (5)" in shown
     assert "approve         by alice: re-typed" in shown
 
-    again = approve(EIGHTH, *instructions)
+    again = approve(EIGHTH, *instructions, "--use-current")
     assert again.returncode == 2
     assert "expected a pending item, it is approved" in again.stderr
     reject = salvagelane("quarantine", "reject", qid, "--note", "x", database=database)

@@ -167,8 +167,9 @@ def test_logs_are_json_lines_on_stderr_bound_to_the_run(tmp_path: Path) -> None:
 
 def test_an_externally_fired_run_claims_its_fire_once(database_url: str) -> None:
     database = upgraded(database_url)
-    # 00:30 in UTC+1 is 23:30 the day before in UTC, the zone the definition's `today` uses.
-    fire = ("--scheduled-for", "2031-02-03T00:30:00+01:00")
+    # 00:30 in UTC+1 is 23:30 the day before in UTC, the zone the definition's `today` uses;
+    # not a fire time of its schedule (05:20 UTC), hence --force.
+    fire = ("--scheduled-for", "2031-02-03T00:30:00+01:00", "--force")
     first = salvagelane(
         "run", "daily-triage", "--replay", str(FIXTURE), *fire, "--json", database=database
     )
@@ -254,9 +255,16 @@ def test_runs_redeliver_sends_the_stored_report_again(tmp_path: Path) -> None:
     assert (written["run_id"], len(written["items"])) == (outcome["run_id"], 7)
     listed = json.loads(salvagelane("runs", "list", "--json", database=database).stdout)
     assert listed[0]["sink_status"] == "delivered"
+    # The bundled definition names no sinks: not the run's, so nothing is delivered.
     no_sinks = salvagelane("runs", "redeliver", outcome["run_id"], database=database)
     assert no_sinks.returncode == 2
-    assert "defines no sinks" in no_sinks.stderr
+    assert "differ from those of the version the run was made with" in no_sinks.stderr
+    assert "now no sinks; pass --use-current" in no_sinks.stderr
+    current = salvagelane(
+        "runs", "redeliver", outcome["run_id"], "--use-current", database=database
+    )
+    assert current.returncode == 2
+    assert "defines no sinks (its current definition)" in current.stderr
 
 
 def test_sink_targets_are_shown_as_the_file_the_report_went_to(tmp_path: Path) -> None:

@@ -117,16 +117,18 @@ def test_defaults_for_unset_fields(client: httpx.Client) -> None:
     assert anthropic.anthropic_version == "2023-06-01"
 
 
-def test_replay_definition_names_the_raw_file(client: httpx.Client, repo_root: Path) -> None:
-    raw = repo_root / "tests" / "fixtures" / "daily-triage-truncated" / "raw.txt"
+def test_replay_definition_names_the_fixture_directory(
+    client: httpx.Client, repo_root: Path
+) -> None:
+    fixture = repo_root / "tests" / "fixtures" / "daily-triage-truncated"
     connector = build_connector(
-        spec(ConnectorKind.REPLAY, fixture=raw, api_key_env=None), client=client
+        spec(ConnectorKind.REPLAY, fixture=fixture, api_key_env=None), client=client
     )
     completion = connector.complete(REQUEST)
 
     assert isinstance(connector, ReplayConnector)
-    assert completion.text == raw.read_text(encoding="utf-8")
-    # meta.json beside the raw file is read too.
+    assert completion.text == (fixture / "raw.txt").read_text(encoding="utf-8")
+    # Its meta.json is read too.
     assert completion.finish_reason is FinishReason.LENGTH
     assert completion.usage == {"prompt_tokens": 2874, "completion_tokens": 1400}
 

@@ -2,7 +2,9 @@
 
 A change to salvage, the guardrails or a bundled definition that alters any recorded
 outcome fails here until the fixture is updated on purpose
-(``salvagelane replay tests/fixtures --update``, reviewed in the diff of expected.json).
+(``salvagelane replay tests/fixtures --use-current --update``, reviewed in the diff of
+expected.json). The suite replays with the repository's current definitions
+(``--use-current``), whatever definition a fixture carries: they are what ships.
 Fixtures are found by their files (raw.txt and meta.json), so the provider and schema
 fixtures beside them are not taken for ones.
 """
@@ -32,7 +34,7 @@ def test_the_suite_is_found_by_files_not_names() -> None:
 
 @pytest.mark.parametrize("fixture", SUITE, ids=[p.relative_to(FIXTURES).as_posix() for p in SUITE])
 def test_fixture_replays_to_its_recorded_outcome(fixture: Path) -> None:
-    replay = replayer_for(INSTRUCTIONS).replay(fixture)
+    replay = replayer_for(INSTRUCTIONS, use_current=True).replay(fixture)
     assert replay.verdict == "same", "\n".join(
         [replay.error or ""] + [d.message for d in replay.differences]
     )
@@ -59,7 +61,7 @@ def test_a_tampered_expected_outcome_fails(tmp_path: Path, tamper: object, messa
     tamper(document)  # type: ignore[operator]
     path.write_text(json.dumps(document, indent=2), encoding="utf-8")
 
-    replay = replayer_for(INSTRUCTIONS).replay(fixture)
+    replay = replayer_for(INSTRUCTIONS, use_current=True).replay(fixture)
 
     assert replay.verdict in {"differs", "error"}
     assert message in "\n".join([replay.error or ""] + [d.message for d in replay.differences])

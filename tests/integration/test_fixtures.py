@@ -63,6 +63,18 @@ def test_capture_replay_round_trip_and_a_changed_definition(
         FIXTURE / "expected.json"
     ).read_text(encoding="utf-8")
 
+    assert "definition   stored " in captured.stdout
+    carried = json.loads((fixture / "definition.json").read_text(encoding="utf-8"))
+    assert carried["instruction"] == "daily-triage"
+    assert carried["definition"]["text"] == (ROOT / "instructions" / "daily-triage.yaml").read_text(
+        encoding="utf-8"
+    )
+    assert set(carried["definition"]["files"]) == {
+        "../schemas/daily-triage-item.schema.json",
+        "../schemas/daily-triage-report.schema.json",
+        "context/workstreams.yaml",
+    }
+
     same = salvagelane("replay", str(fixture), database=database_url)
     assert same.returncode == 0, same.stdout + same.stderr
     assert same.stdout.splitlines()[1].split() == [str(fixture), "daily-triage", "partial", "same"]
@@ -77,12 +89,27 @@ def test_capture_replay_round_trip_and_a_changed_definition(
     assert forced.returncode == 0, forced.stderr
 
     instructions = lowered_max_items(tmp_path)
-    differs = salvagelane(
+    # The fixture carries the definition its run was made with: today's edit is not used...
+    kept = salvagelane(
         "replay", str(fixture), "--instructions", str(instructions), "--json", database=database_url
     )
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    (report,) = json.loads(kept.stdout)["fixtures"]
+    assert (report["verdict"], report["definition"]) == ("same", f"stored {carried['sha256'][:12]}")
+    # ... unless asked for, and then the replay says what differs.
+    differs = salvagelane(
+        "replay", str(fixture), "--use-current", "--instructions", str(instructions), "--json",
+        database=database_url,
+    )  # fmt: skip
     assert differs.returncode == 1, differs.stderr
     (report,) = json.loads(differs.stdout)["fixtures"]
     assert report["verdict"] == "differs"
+    assert report["definition"] == "current"
+    assert report["note"] == (
+        f"using the current definition of daily-triage ({instructions / 'daily-triage.yaml'}), "
+        f"not the version the fixture's run (captured) was made with (stored "
+        f"{carried['sha256'][:12]}): daily-triage.yaml changed (guardrails)"
+    )
     assert report["differences"] == [
         {
             "kind": "item_lost",
@@ -94,19 +121,21 @@ def test_capture_replay_round_trip_and_a_changed_definition(
     ]
 
     updated = salvagelane(
-        "replay", str(fixture), "--instructions", str(instructions), "--update",
+        "replay", str(fixture), "--use-current", "--instructions", str(instructions), "--update",
         database=database_url,
     )  # fmt: skip
     assert updated.returncode == 0, updated.stdout + updated.stderr
     assert "item 6 lost: was accepted, now quarantined: over_limit" in updated.stdout
     assert "expected.json rewritten" in updated.stdout
+    assert "note: using the current definition of daily-triage" in updated.stdout
     passes = salvagelane(
-        "replay", str(fixture), "--instructions", str(instructions), database=database_url
-    )
+        "replay", str(fixture), "--use-current", "--instructions", str(instructions),
+        database=database_url,
+    )  # fmt: skip
     assert passes.returncode == 0, passes.stdout
     assert passes.stdout.splitlines()[-1] == "1 fixture(s): 1 same"
     # ... and the bundled definition now keeps one item more than recorded.
-    gained = salvagelane("replay", str(fixture), database=database_url)
+    gained = salvagelane("replay", str(fixture), "--use-current", database=database_url)
     assert gained.returncode == 1
     assert "item 6 gained: was quarantined: over_limit, now accepted" in gained.stdout
 
@@ -180,12 +209,21 @@ def test_replay_without_expected_outcome_hints_at_update(tmp_path: Path) -> None
     shutil.copy(FIXTURE / "raw.txt", fixture / "raw.txt")
     shutil.copy(FIXTURE / "meta.json", fixture / "meta.json")
 
-    missing = salvagelane("replay", str(tmp_path / "suite"), database=unused)
+    # Hand-made: no definition.json, so only the current definition can replay it.
+    refused = salvagelane("replay", str(tmp_path / "suite"), database=unused)
+    assert refused.returncode == 2, refused.stdout
+    assert f"{fixture}: no definition.json: the fixture does not carry the definition" in (
+        refused.stdout
+    )
+    assert "replay it with --use-current" in refused.stdout
+    missing = salvagelane("replay", str(tmp_path / "suite"), "--use-current", database=unused)
     assert missing.returncode == 1
     assert "no expected outcome recorded" in missing.stdout
     assert f"salvagelane replay {fixture} --update" in missing.stdout
 
-    recorded = salvagelane("replay", str(tmp_path / "suite"), "--update", database=unused)
+    recorded = salvagelane(
+        "replay", str(tmp_path / "suite"), "--use-current", "--update", database=unused
+    )
     assert recorded.returncode == 0, recorded.stdout
     assert (fixture / "expected.json").read_bytes() == (FIXTURE / "expected.json").read_bytes()
     assert not (tmp_path / "unused.db").exists()
@@ -241,7 +279,7 @@ def replay_at_a_terminal(*paths: Path) -> tuple[subprocess.CompletedProcess[str]
     controller, terminal = pty.openpty()
     try:
         proc = subprocess.run(
-            command("replay", *map(str, paths)),
+            command("replay", "--use-current", *map(str, paths)),
             stdout=subprocess.PIPE,
             stderr=terminal,
             text=True,
@@ -291,7 +329,7 @@ def test_replay_shows_progress_at_a_terminal_only_for_many_fixtures(tmp_path: Pa
     shown_few, terminal = replay_at_a_terminal(few)
     assert shown_few.returncode == 0
     assert "replaying" not in terminal
-    piped = salvagelane("replay", str(many))
+    piped = salvagelane("replay", "--use-current", str(many))
     assert piped.returncode == 0
     assert "replaying" not in piped.stderr
     assert piped.stdout == shown_many.stdout

@@ -77,7 +77,7 @@ def test_the_written_project_runs_the_quick_start(tmp_path: Path) -> None:
     assert re.search(r"^status\s+partial$", run.stdout, re.MULTILINE)
     assert re.search(r"^kept\s+7 of 8 candidates$", run.stdout, re.MULTILINE)
     assert (demo / "salvagelane.db").is_file()
-    replayed = salvagelane("replay", "fixtures", cwd=demo)
+    replayed = salvagelane("replay", "fixtures", "--use-current", cwd=demo)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "1 fixture(s): 1 same" in replayed.stdout
 

@@ -43,7 +43,8 @@ def test_migration_environment_ships_inside_the_package() -> None:
     assert (MIGRATIONS_DIR / "versions" / "0002_fire_claims.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0003_fire_retries_and_schedules.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0005_outbox_and_bounded_output.py").is_file()
-    assert head_revision() == "0005"
+    assert (MIGRATIONS_DIR / "versions" / "0006_definition_versions.py").is_file()
+    assert head_revision() == "0006"
 
 
 def test_upgrade_builds_exactly_the_models_schema(database_url: str) -> None:
@@ -138,7 +139,8 @@ def test_fire_claims_migrate_a_database_that_has_runs(database_url: str) -> None
     downgrade(database_url, "0001")
     assert current_revision(database_url) == "0001"
     assert _table_names(database_url) == (
-        set(Base.metadata.tables) - {"schedules", "quarantine_reviews"} | {"alembic_version"}
+        set(Base.metadata.tables) - {"schedules", "quarantine_reviews", "definition_versions"}
+        | {"alembic_version"}
     )
 
 

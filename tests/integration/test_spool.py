@@ -61,6 +61,28 @@ def project(tmp_path: Path, provider: ScriptedServer) -> Path:
     return copy.instructions
 
 
+def keep_the_definition(database: str, instructions: Path) -> None:
+    """Store the version of daily-triage a run will keep, as the run would, so that a run
+    on the capped database writes only its small run row before the attempt."""
+    from salvagelane.definitions import snapshot_for_run
+    from salvagelane.definitions.snapshot import without_secrets
+    from salvagelane.store import DefinitionRecord
+
+    instruction = load_instruction(instructions / "daily-triage.yaml")
+    kept = without_secrets(snapshot_for_run(instruction), instruction.definition)
+    assert kept is not None
+    with Store.open(database) as store:
+        store.keep_definition(
+            DefinitionRecord(
+                sha256=kept.sha256,
+                instruction_id=instruction.id,
+                definition_sha256=instruction.definition_sha256,
+                content=kept.to_json(),
+            ),
+            now=datetime.now(UTC),
+        )
+
+
 def output(padding: int = 0) -> str:
     """A complete report, non-ASCII included, then ``padding`` characters of prose (text
     after the report is kept in the raw output and ignored by salvage)."""
@@ -232,6 +254,7 @@ def test_an_output_the_full_database_refused_is_spooled_and_the_next_run_imports
     db_file = tmp_path / "full.db"
     database = upgraded(f"sqlite:///{db_file}")
     instructions = project(tmp_path, provider)
+    keep_the_definition(database, instructions)  # a full disk leaves no room for it
     spool = tmp_path / "elsewhere" / "spool"  # SALVAGELANE_SPOOL_DIR wins over the default
     env = {KEY_ENV: SECRET, "SALVAGELANE_SPOOL_DIR": str(spool)}
     content = output(padding=64 * 1024)  # needs new pages, which the full file cannot get
@@ -274,6 +297,7 @@ def test_an_import_that_fails_or_dies_after_its_commit_leaves_the_file_and_impor
     db_file = tmp_path / "full.db"
     database = upgraded(f"sqlite:///{db_file}")
     instructions = project(tmp_path, provider)
+    keep_the_definition(database, instructions)  # a full disk leaves no room for it
     spool = tmp_path / "salvagelane-spool"
     content = output(padding=64 * 1024)
     provider.script.append(chat_answer(content))
@@ -590,6 +614,7 @@ def test_when_the_spool_fails_too_the_error_says_both(tmp_path: Path) -> None:
     # and a spool directory that cannot be created (a file stands in its way).
     database = f"sqlite:///{tmp_path / 'full.db'}"
     upgrade(database)
+    keep_the_definition(database, ROOT / "instructions")  # a full disk leaves no room for it
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("in the way", encoding="utf-8")
     instruction = load_instruction(ROOT / "instructions" / "daily-triage.yaml")

@@ -142,7 +142,7 @@ def test_replay_refuses_a_meta_json_naming_anything_but_a_known_id(
     database = tmp_path / "unused.db"
 
     proc = salvagelane(
-        "replay", str(fixture), "--instructions", str(INSTRUCTIONS),
+        "replay", str(fixture), "--use-current", "--instructions", str(INSTRUCTIONS),
         cwd=attack.work / cwd, database=database,
     )  # fmt: skip
 
@@ -197,7 +197,7 @@ def test_one_refused_fixture_does_not_stop_the_suite(attack: Attack, tmp_path: P
     shutil.copytree(BUNDLED, suite / "good")
     fixture_naming(suite / "planted", str(attack.definition))
     proc = salvagelane(
-        "replay", str(suite), "--instructions", str(INSTRUCTIONS), "--update",
+        "replay", str(suite), "--use-current", "--instructions", str(INSTRUCTIONS), "--update",
         cwd=attack.work, database=tmp_path / "unused.db",
     )  # fmt: skip
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -221,7 +221,7 @@ def test_the_fixture_suite_path_refuses_it_too(
     monkeypatch.chdir(attack.work / cwd)
 
     (found,) = discover([suite])
-    replay = replayer_for(INSTRUCTIONS).replay(found)
+    replay = replayer_for(INSTRUCTIONS, use_current=True).replay(found)
 
     assert not attack.marker.exists(), "code from the fixture's definition ran"
     assert replay.verdict == "refused"
@@ -243,20 +243,127 @@ def test_the_id_grammar_is_the_one_of_the_definition_schema() -> None:
 # --- files in a fixture name no other file ----------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["raw.txt", "meta.json", "expected.json"])
+BUNDLED_FILES = {
+    "../schemas/daily-triage-item.schema.json": ROOT / "schemas" / "daily-triage-item.schema.json",
+    "../schemas/daily-triage-report.schema.json": (
+        ROOT / "schemas" / "daily-triage-report.schema.json"
+    ),
+    "context/workstreams.yaml": INSTRUCTIONS / "context" / "workstreams.yaml",
+}
+
+
+def write_definition_json(
+    fixture: Path, text: str, files: dict[str, str] | None = None, *, sha256: str | None = None
+) -> str:
+    """A ``definition.json`` in ``fixture`` carrying the definition ``text`` and ``files``
+    (default: the bundled definition's, read from the repository); its version."""
+    # Imported here so the rest of this file also runs against code from before the fix.
+    from salvagelane.definitions import DefinitionSnapshot
+
+    if files is None:
+        files = {name: path.read_text("utf-8") for name, path in BUNDLED_FILES.items()}
+    snapshot = DefinitionSnapshot(name="daily-triage.yaml", text=text, files=files)
+    document = {
+        "sha256": sha256 or snapshot.sha256,
+        "instruction": "daily-triage",
+        "definition": snapshot.to_json(),
+    }
+    (fixture / "definition.json").write_text(json.dumps(document), encoding="utf-8")
+    return snapshot.sha256
+
+
+def test_a_fixtures_definition_runs_no_callable_the_operators_does_not_name(
+    attack: Attack, tmp_path: Path
+) -> None:
+    """definition.json is data: its allow-list context from ``os:system`` would run code.
+    It runs only when the operator's definition of the id names the same callable."""
+    text = (INSTRUCTIONS / "daily-triage.yaml").read_text(encoding="utf-8")
+    command = f"touch {shlex.quote(str(attack.marker))}"
+    planted = text.replace(
+        "    file: context/workstreams.yaml\n",
+        f'    callable: "os:system"\n    args: {{command: {json.dumps(command)}}}\n',
+    )
+    assert planted != text
+    fixture = tmp_path / "fixture"
+    shutil.copytree(BUNDLED, fixture)
+    write_definition_json(fixture, planted)
+
+    for extra in ((), ("--update",)):
+        proc = salvagelane(
+            "replay", str(fixture), "--instructions", str(INSTRUCTIONS), *extra,
+            cwd=attack.work, database=tmp_path / "unused.db",
+        )  # fmt: skip
+
+        assert not attack.marker.exists(), "code named by a fixture's definition ran"
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert f"{fixture / 'definition.json'}: daily-triage.yaml (stored " in proc.stdout
+        assert "code named by a stored copy runs only when the operator's definition" in (
+            proc.stdout
+        )
+        assert proc.stdout.splitlines()[-1] == "1 fixture(s): 1 refused"
+    assert (fixture / "expected.json").read_bytes() == (BUNDLED / "expected.json").read_bytes()
+
+
+def test_a_fixtures_definition_is_never_read_from_the_paths_it_names(tmp_path: Path) -> None:
+    """A schema named by an absolute path is read from definition.json, never from disk:
+    one definition.json does not hold is refused, though the file exists."""
+    text = (INSTRUCTIONS / "daily-triage.yaml").read_text(encoding="utf-8")
+    absolute = str(ROOT / "schemas" / "daily-triage-item.schema.json")
+    pointed = text.replace("../schemas/daily-triage-item.schema.json", absolute)
+    files = {name: path.read_text("utf-8") for name, path in BUNDLED_FILES.items()}
+    fixture = tmp_path / "fixture"
+    shutil.copytree(BUNDLED, fixture)
+    write_definition_json(fixture, pointed, files)
+
+    proc = salvagelane(
+        "replay", str(fixture), "--instructions", str(INSTRUCTIONS),
+        cwd=tmp_path, database=tmp_path / "unused.db",
+    )  # fmt: skip
+
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "output.item_schema: expected a file the stored definition holds" in proc.stdout
+    assert json.dumps(absolute) in proc.stdout
+
+
+@pytest.mark.parametrize("tamper", ["sha256", "id"])
+def test_a_fixtures_definition_must_be_its_version_and_its_instruction(
+    tmp_path: Path, tamper: str
+) -> None:
+    text = (INSTRUCTIONS / "daily-triage.yaml").read_text(encoding="utf-8")
+    fixture = tmp_path / "fixture"
+    shutil.copytree(BUNDLED, fixture)
+    if tamper == "sha256":
+        write_definition_json(fixture, text, sha256="0" * 64)
+        expected = "is not the version 000000000000 that names it"
+    else:
+        write_definition_json(fixture, text.replace("id: daily-triage\n", "id: planted\n"))
+        expected = "defines 'planted', but meta.json names 'daily-triage'"
+
+    proc = salvagelane(
+        "replay", str(fixture), "--instructions", str(INSTRUCTIONS),
+        cwd=tmp_path, database=tmp_path / "unused.db",
+    )  # fmt: skip
+
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert expected in proc.stdout
+    assert str(fixture / "definition.json") in proc.stdout
+
+
+@pytest.mark.parametrize("name", ["raw.txt", "meta.json", "expected.json", "definition.json"])
 def test_replay_refuses_a_fixture_file_that_is_a_link(tmp_path: Path, name: str) -> None:
     """A link would let a fixture read a file of this machine into a replay (and, with
     --update, into the expected.json it writes)."""
-    outside = tmp_path / "outside"
-    outside.write_bytes((BUNDLED / name).read_bytes())
     fixture = tmp_path / "fixture"
     shutil.copytree(BUNDLED, fixture)
+    write_definition_json(fixture, (INSTRUCTIONS / "daily-triage.yaml").read_text("utf-8"))
+    outside = tmp_path / "outside"
+    outside.write_bytes((fixture / name).read_bytes())
     (fixture / name).unlink()
     (fixture / name).symlink_to(outside)
     before = {path.name: path.read_bytes() for path in fixture.iterdir()}
 
     proc = salvagelane(
-        "replay", str(fixture), "--instructions", str(INSTRUCTIONS), "--update",
+        "replay", str(fixture), "--use-current", "--instructions", str(INSTRUCTIONS), "--update",
         cwd=tmp_path, database=tmp_path / "unused.db",
     )  # fmt: skip
 

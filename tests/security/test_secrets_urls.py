@@ -90,6 +90,8 @@ def test_credentials_in_urls_reach_the_server_and_nothing_else(
     ]
     outcome = json.loads(run.stdout)
     assert outcome["status"] == "ok"
+    # The run kept its definition, its URLs' credentials taken out (checked below).
+    assert outcome["definition_version"] is not None
     shown_hook = f"http://[REDACTED]@127.0.0.1:{port}/hook?[REDACTED]"
     assert outcome["deliveries"][0]["target"] == shown_hook
     assert shown_hook in shown.stdout
@@ -177,6 +179,8 @@ def test_urls_from_the_environment_are_used_and_shown_by_name(
     ]
     outcome = json.loads(run.stdout)
     assert outcome["status"] == "ok"
+    # The run kept its definition, its URLs' credentials taken out (checked below).
+    assert outcome["definition_version"] is not None
     delivery = outcome["deliveries"][0]
     assert delivery["target"] == f"${HOOK_ENV}"
     assert delivery["error"].startswith(f"webhook delivery failed: ${HOOK_ENV}: HTTP 400")

@@ -41,12 +41,14 @@ def destination_options(command: Callable[..., None]) -> Callable[..., None]:
     )(command)
 
 
-def replayer_for(instructions_dir: Path) -> Replayer:
-    """The replayer ``salvagelane replay`` (and the test suite) uses: a fixture's
-    instruction is an id looked up among the definitions in ``instructions_dir`` only."""
+def replayer_for(instructions_dir: Path, *, use_current: bool = False) -> Replayer:
+    """The replayer ``salvagelane replay`` (and the test suite) uses: each fixture with
+    the definition its run was made with (its ``definition.json``), or with
+    ``use_current`` today's definition of its instruction, an id looked up among the
+    definitions in ``instructions_dir`` only."""
     from salvagelane.fixtures import Replayer
 
-    return Replayer(instructions_dir)
+    return Replayer(instructions_dir, use_current=use_current)
 
 
 @click.group("fixture")
@@ -71,8 +73,10 @@ def capture_command(
     """Write a regression fixture of run RUN_ID (or a unique prefix of 8+ characters).
 
     Writes raw.txt (the output exactly as stored), meta.json (finish reason, usage,
-    model, where it came from; never the prompt or a key) and expected.json (the outcome
-    the run stored). Replay it with: salvagelane replay DIR.
+    model, where it came from; never the prompt or a key), expected.json (the outcome
+    the run stored) and definition.json (the definition the run was made with, with the
+    schemas, allow-lists and context files it names). Replay it with: salvagelane
+    replay DIR.
     """
     from salvagelane.fixtures import capture_run
 
@@ -86,6 +90,13 @@ def echo_captured(captured: CapturedFixture) -> None:
     click.echo(f"fixture      {line(str(captured.path))}")
     click.echo(f"run          {line(captured.run_id)}, attempt {captured.attempt}")
     click.echo(f"instruction  {line(str(captured.meta.instruction))}")
+    if captured.definition is None:
+        click.echo(
+            "definition   not kept: the run was stored before salvagelane kept definitions; "
+            "replay it with --use-current"
+        )
+    else:
+        click.echo(f"definition   stored {line(captured.definition[:12])} (definition.json)")
     click.echo(f"finish       {line(captured.meta.finish_reason or '-')}")
     expected = captured.expected
     if expected is None:
@@ -103,6 +114,13 @@ def echo_captured(captured: CapturedFixture) -> None:
 
 @click.command("replay")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--use-current",
+    "use_current",
+    is_flag=True,
+    help="Salvage with the current definition in --instructions instead of the one the "
+    "fixture's run was made with (each fixture says what differs).",
+)
 @instructions_option
 @click.option(
     "--update",
@@ -112,25 +130,32 @@ def echo_captured(captured: CapturedFixture) -> None:
 )
 @json_option
 def replay_command(
-    paths: tuple[Path, ...], instructions_dir: Path, update: bool, as_json: bool
+    paths: tuple[Path, ...],
+    use_current: bool,
+    instructions_dir: Path,
+    update: bool,
+    as_json: bool,
 ) -> None:
-    """Replay regression fixtures through today's definitions and compare the outcomes.
+    """Replay regression fixtures and compare the outcomes with the recorded ones.
 
-    Each PATH is a fixture directory (raw.txt, meta.json, expected.json) or a directory
-    searched recursively for them. The raw output is salvaged with the current
-    definition of the fixture's instruction; no provider is called, no database opened.
-    A fixture is data: its meta.json names its instruction by id, looked up in
-    --instructions only, never as a path.
+    Each PATH is a fixture directory (raw.txt, meta.json, expected.json, definition.json)
+    or a directory searched recursively for them. The raw output is salvaged with the
+    definition the fixture's run was made with (its definition.json), or with
+    --use-current with the current definition of its instruction (a fixture without
+    definition.json needs it); no provider is called, no database opened. A fixture is
+    data: its meta.json names its instruction by id, looked up in --instructions only,
+    never as a path, and its definition.json is never resolved against the filesystem.
 
     Exit 1 if any fixture differs or cannot be replayed; with --update, differing
     fixtures are rewritten (exit 0 unless one cannot be replayed). Exit 2 if any fixture
-    is refused (meta.json naming a path or an unknown id, a file that is a link):
-    the others are still replayed.
+    is refused (meta.json naming a path or an unknown id, a file that is a link, no
+    definition.json without --use-current, a definition.json naming a context callable
+    the definition in --instructions does not): the others are still replayed.
     """
     from salvagelane.fixtures import discover, summarise
 
     directories = discover(paths)
-    replayer = replayer_for(instructions_dir)
+    replayer = replayer_for(instructions_dir, use_current=use_current)
     replays: list[FixtureReplay] = []
     if len(directories) > PROGRESS_THRESHOLD and sys.stderr.isatty():
         with click.progressbar(
@@ -173,6 +198,8 @@ def render_replays(replays: Sequence[FixtureReplay], counts: dict[str, int]) -> 
     lines = [table[0]]
     for row, replay in zip(table[1:], replays, strict=True):
         lines.append(row)
+        if replay.note is not None:
+            lines.append(f"    note: {line(replay.note)}")
         # A fixture is data from elsewhere (a bug report): its values are quoted in these.
         lines.extend(f"    {line(difference.message)}" for difference in replay.differences)
         if replay.error is not None:

@@ -32,6 +32,7 @@ from salvagelane.cli.run_commands import (
     parse_fire_time,
     require_known_instruction,
 )
+from salvagelane.cli.versions import use_current_option
 from salvagelane.safe_text import block, line, one_line
 from salvagelane.tables import aligned
 from salvagelane.vocabulary import ReviewStatus
@@ -285,6 +286,7 @@ def quarantine_export_command(
 @click.option("--stdin", "from_stdin", is_flag=True, help="Read the corrected item from stdin.")
 @by_option
 @click.option("--note", metavar="TEXT", help="Why, for the audit trail.")
+@use_current_option
 @instructions_option
 @database_option
 @json_option
@@ -295,6 +297,7 @@ def quarantine_approve_command(
     from_stdin: bool,
     by: str | None,
     note: str | None,
+    use_current: bool,
     instructions_dir: Path,
     database: str | None,
     as_json: bool,
@@ -302,13 +305,15 @@ def quarantine_approve_command(
     """Approve quarantined item ID with a corrected item, checked by the guardrails.
 
     The corrected JSON goes through the same guardrails as model output, with the
-    instruction's current definition (looked up in --instructions by the item's
-    instruction id). If it passes, it is appended to the run's report and the item is
-    marked approved; if not, nothing changes but the audit trail, the correction signal
-    is printed and the exit status is 1.
+    version of the definition the item's run was made with (stored with the run, so
+    this works from any directory), or with --use-current the instruction's current
+    definition in --instructions (the command says what differs). If it passes, it is
+    appended to the run's report and the item is marked approved; if not, nothing
+    changes but the audit trail, the correction signal is printed and the exit status
+    is 1.
     """
-    from salvagelane.definitions import resolve_allow_lists, resolve_context
-    from salvagelane.definitions.ids import instruction_by_id
+    from salvagelane.cli.versions import choose_definition
+    from salvagelane.definitions import review_policy
     from salvagelane.store import ReportItemRecord
     from salvagelane.store.review import require_pending, require_report
 
@@ -324,14 +329,18 @@ def quarantine_approve_command(
         require_report(detail)
         assert detail.report_items is not None  # require_report
         # The stored id is data: looked up among the operator's definitions, never a path.
-        definition = instruction_by_id(
+        chosen = choose_definition(
+            store,
+            detail.run_id,
             detail.instruction_id,
             instructions_dir,
+            use_current=use_current,
             where=f"quarantined item #{quarantine_id}: instruction",
         )
-        policy = definition.salvage_policy(
-            resolve_allow_lists(definition, resolve_context(definition))
-        )
+        if chosen.note is not None:
+            click.echo(f"note: {chosen.note}", err=True)
+        definition = chosen.instruction
+        policy = review_policy(definition, trusted=chosen.trusted)
         given = _corrected_input(
             detail, path, from_stdin=from_stdin, cap=policy.guardrails.max_bytes
         )
@@ -348,13 +357,6 @@ def quarantine_approve_command(
             )
             _refused(quarantine_id, verdict, as_json=as_json)
             raise click.exceptions.Exit(EXIT_INVALID)
-        used = detail.provenance.get("definition_sha256")
-        if used and used != definition.definition_sha256:
-            click.echo(
-                f"note: checked against the current definition of {definition.id} "
-                f"({definition.definition_sha256[:12]}); the run used {line(str(used)[:12])}",
-                err=True,
-            )
         approval = store.quarantine.approve_quarantined(
             quarantine_id,
             item=ReportItemRecord(
@@ -369,7 +371,11 @@ def quarantine_approve_command(
             actor=actor,
             note=note,
             now=now,
-            audit={"definition_sha256": definition.definition_sha256},
+            audit={
+                "definition_sha256": chosen.definition_sha256,
+                "definition_version": chosen.version,
+                "use_current": use_current,
+            },
         )
     if as_json:
         click.echo(json.dumps(to_json(approval), indent=2, ensure_ascii=False))

@@ -83,6 +83,9 @@ def run_json(detail: RunDetail, deliveries: Sequence[DeliveryOutcome] = ()) -> d
     return {
         "run_id": detail.id,
         "instruction": detail.instruction_id,
+        "scheduled_for": None if detail.scheduled_for is None else detail.scheduled_for.isoformat(),
+        "forced": detail.forced,
+        "definition_version": detail.definition_version,
         "status": detail.status,
         "partial": detail.partial,
         "kept": detail.kept_count,
@@ -163,7 +166,9 @@ def runs_table(runs: Sequence[RunSummary], *, instruction_id: str | None = None)
                 run.id[:8],
                 when(run.created_at),
                 run.instruction_id,
-                run.trigger + (" retry" if run.retry_of else ""),
+                run.trigger
+                + (" retry" if run.retry_of else "")
+                + (" forced" if run.forced else ""),
                 when(run.scheduled_for),
                 run.status
                 + (f" ({run.operator_approved} approved)" if run.operator_approved else "")
@@ -179,11 +184,17 @@ def runs_table(runs: Sequence[RunSummary], *, instruction_id: str | None = None)
 def run_detail(detail: RunDetail) -> str:
     """``runs show``: the run, its attempts, its report and its quarantine."""
     definition = line(detail.definition_sha256[:12])
+    version = (
+        f"stored {line(detail.definition_version[:12])}"
+        if detail.definition_version
+        else "not stored"
+    )
     lines = [
         f"run          {line(detail.id)}",
-        f"instruction  {line(detail.instruction_id)}  (definition {definition})",
+        f"instruction  {line(detail.instruction_id)}  (definition {definition}, {version})",
         f"trigger      {line(detail.trigger)}"
         + (f", scheduled for {when(detail.scheduled_for)}" if detail.scheduled_for else "")
+        + (", forced: not a fire time of the schedule" if detail.forced else "")
         + (f", retry of {line(detail.retry_of)}" if detail.retry_of else ""),
         f"status       {line(detail.status)}",
         *(f"             {note}" for note in status_notes(detail)),

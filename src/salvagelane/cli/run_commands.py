@@ -14,6 +14,7 @@ import click
 
 from salvagelane.cli import render
 from salvagelane.cli.app import EXIT_INVALID
+from salvagelane.cli.versions import use_current_option
 from salvagelane.errors import NotFoundError, SalvagelaneError
 from salvagelane.safe_text import block, line
 
@@ -161,6 +162,12 @@ def instruction_from_argument(reference: str, directory: Path) -> Instruction:
     help="With --scheduled-for: a run of the same fire without a heartbeat for this long "
     "belongs to a process that died; it is marked interrupted and the fire's one retry runs.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With --scheduled-for: run as that fire even though it is not a fire time of the "
+    "instruction's schedule (recorded on the run).",
+)
 @instructions_option
 @database_option
 @json_option
@@ -169,6 +176,7 @@ def run_command(
     replay: Path | None,
     scheduled_for: datetime | None,
     stale_after: float,
+    force: bool,
     instructions_dir: Path,
     database: str | None,
     as_json: bool,
@@ -182,7 +190,8 @@ def run_command(
     With --scheduled-for (a system cron or CI job firing runs itself), a fire that
     already has a run is not run again: the command says so and exits 0. A run of the
     fire left running by a process that died (no heartbeat for --stale-after seconds)
-    is marked interrupted, and the fire's one retry runs.
+    is marked interrupted, and the fire's one retry runs. The time must be a fire time
+    of the instruction's schedule (its cron in its time zone), unless --force.
     """
     import httpx
 
@@ -191,7 +200,10 @@ def run_command(
     from salvagelane.executor import Executor, Trigger
     from salvagelane.sinks import build_sinks
 
+    if force and scheduled_for is None:
+        raise click.UsageError("--force goes with --scheduled-for: it forces a fire time")
     definition = instruction_from_argument(instruction, instructions_dir)
+    forced = scheduled_for is not None and _off_schedule(definition, scheduled_for, force=force)
     if replay is not None:
         # Refused (exit 2) before the database is opened: no failed run is stored for it.
         ReplayConnector(replay).check()
@@ -211,7 +223,9 @@ def run_command(
         )
         try:
             try:
-                outcome = executor.run(definition, trigger=trigger, scheduled_for=scheduled_for)
+                outcome = executor.run(
+                    definition, trigger=trigger, scheduled_for=scheduled_for, forced=forced
+                )
             except DuplicateFireError as exc:
                 # Without serve nobody else notices a claim whose process died: this
                 # command does, and runs the fire's one retry (the claim decides who).
@@ -230,7 +244,11 @@ def run_command(
                     err=True,
                 )
                 outcome = executor.run(
-                    definition, trigger=trigger, scheduled_for=exc.scheduled_for, retry_of=dead.id
+                    definition,
+                    trigger=trigger,
+                    scheduled_for=exc.scheduled_for,
+                    retry_of=dead.id,
+                    forced=forced,
                 )
         except DuplicateFireError as exc:
             existing = store.runs_for_fire(exc.instruction_id, exc.scheduled_for)
@@ -247,6 +265,33 @@ def run_command(
         click.echo(render.run_outcome(stored, location, outcome.deliveries))
     if stored.status == "failed":
         raise click.exceptions.Exit(EXIT_INVALID)
+
+
+def _off_schedule(definition: Instruction, moment: datetime, *, force: bool) -> bool:
+    """Whether ``moment`` is off the schedule of ``definition`` (then ``force`` must say
+    so: click.UsageError naming the nearest fire times otherwise)."""
+    from salvagelane.scheduler import nearest_fire_times
+
+    before, after = nearest_fire_times(definition.schedule, moment)
+    if before == moment:
+        return False
+    if force:
+        return True
+    schedule = definition.schedule
+    nearest = " and ".join(
+        f"{label} {_utc(fire)}"
+        for label, fire in (("before", before), ("after", after))
+        if fire is not None
+    )
+    raise click.UsageError(
+        f"--scheduled-for {_utc(moment)}: expected a fire time of {definition.id}'s schedule "
+        f"({schedule.cron!r} in {schedule.timezone}), got one it never fires at; the "
+        f"nearest: {nearest or 'none'}; pass --force to run it as that fire anyway"
+    )
+
+
+def _utc(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def parse_fire_time(text: str) -> datetime:
@@ -370,27 +415,41 @@ def runs_show_command(
     help="Deliver every undelivered report (pending or failed deliveries of all runs), "
     "due or not, given up or not.",
 )
+@use_current_option
 @instructions_option
 @database_option
 def runs_redeliver_command(
-    run_id: str | None, pending: bool, instructions_dir: Path, database: str | None
+    run_id: str | None,
+    pending: bool,
+    use_current: bool,
+    instructions_dir: Path,
+    database: str | None,
 ) -> None:
     """Deliver a stored run's report to its instruction's sinks again (RUN_ID), or deliver
     every report a sink has not received yet (--pending).
 
-    The stored report is read as it is; nothing is recomputed. The sinks are those of
-    today's definitions. Prints one line per delivery. Exit 0 when every delivery was
+    The stored report is read as it is; nothing is recomputed. RUN_ID's report goes to
+    the sinks of the version of the definition the run was made with (stored with the
+    run); a sink is where a report goes, so it is taken only when the definition in
+    --instructions names the same sinks (else exit 2 saying what differs). With
+    --use-current, to the sinks of the current definition (the command says what differs).
+    --pending delivers each undelivered delivery to the sink it was written for, matched
+    in --instructions. Prints one line per delivery. Exit 0 when every delivery was
     delivered, 1 when any failed (or could not be tried), 2 on a usage error.
     """
     import httpx
 
-    from salvagelane.definitions.ids import instruction_by_id
     from salvagelane.delivery import deliver_report, redeliver_open
     from salvagelane.logs import bound
     from salvagelane.sinks import build_sinks
 
     if (run_id is None) == (not pending):
         raise click.UsageError("expected a RUN_ID or --pending (one of them)")
+    if pending and use_current:
+        raise click.UsageError(
+            "--use-current applies to RUN_ID: --pending delivers each delivery to the sink "
+            "its run wrote it for"
+        )
     with open_store(database) as store, httpx.Client() as client:
         if pending:
             definitions = _DefinitionSinks(instructions_dir, client)
@@ -404,11 +463,9 @@ def runs_redeliver_command(
         else:
             assert run_id is not None
             detail = store.get_run(run_id)
-            definition = instruction_by_id(
-                detail.instruction_id, instructions_dir, where=f"run {detail.id}: instruction"
+            definition = _sinks_definition(
+                store, detail.id, detail.instruction_id, instructions_dir, use_current=use_current
             )
-            if not definition.sinks:
-                raise click.UsageError(f"instruction {definition.id!r} defines no sinks")
             with bound(run_id=detail.id, instruction=definition.id):
                 deliveries = deliver_report(
                     store, detail.id, build_sinks(definition.sinks, client=client)
@@ -418,6 +475,71 @@ def runs_redeliver_command(
             failed = not all(delivery.ok for delivery in deliveries)
     if failed:
         raise click.exceptions.Exit(EXIT_INVALID)
+
+
+def _sinks_definition(
+    store: Store, run_id: str, instruction_id: str, directory: Path, *, use_current: bool
+) -> Instruction:
+    """The definition whose sinks ``runs redeliver RUN_ID`` delivers to: the operator's
+    own (only it may say where a report goes), once it is known to name the sinks of
+    the version the run was made with, or whatever it names with ``use_current``."""
+    from salvagelane.cli.versions import choose_definition
+
+    where = f"run {run_id}: instruction"
+    chosen = choose_definition(
+        store, run_id, instruction_id, directory, use_current=use_current, where=where
+    )
+    if chosen.note is not None:
+        click.echo(f"note: {chosen.note}", err=True)
+    written = list(chosen.instruction.definition.get("sinks", ()))
+    if not written:
+        whose = "its current definition" if use_current else "the version the run was made with"
+        raise click.UsageError(f"instruction {chosen.instruction.id!r} defines no sinks ({whose})")
+    if use_current:
+        return chosen.instruction
+    try:
+        own = chosen.trusted()
+    except SalvagelaneError as exc:
+        raise click.UsageError(
+            f"run {run_id[:8]}: its definition (stored {_short(chosen.version)}) delivers to "
+            f"{_sinks_text(written)}; where a report goes is taken only from your "
+            f"definitions, and there is none to compare ({exc}): give --instructions DIR "
+            "holding it, or --use-current"
+        ) from exc
+    current = list(own.definition.get("sinks", ()))
+    if current != written:
+        raise click.UsageError(
+            f"run {run_id[:8]}: the sinks of {own.source} differ from those of the version "
+            f"the run was made with (stored {_short(chosen.version)}): the run's "
+            f"{_sinks_text(written)}, now {_sinks_text(current)}; pass --use-current to "
+            "deliver to the current ones"
+        )
+    return own
+
+
+def _short(version: str | None) -> str:
+    return (version or "-")[:12]
+
+
+def _sinks_text(sinks: list[object]) -> str:
+    """Sinks as written in a definition, for a message: kind and where (never a secret:
+    a webhook URL without userinfo and query string, or its variable's name)."""
+    from salvagelane.logs import redact_url
+
+    if not sinks:
+        return "no sinks"
+    shown = []
+    for sink in sinks:
+        entry = sink if isinstance(sink, dict) else {}
+        kind = str(entry.get("kind"))
+        if "url_env" in entry:
+            where = f"${entry['url_env']}"
+        elif "url" in entry:
+            where = redact_url(str(entry["url"]))
+        else:
+            where = str(entry.get("path") or entry.get("callable"))
+        shown.append(f"{kind} {where}")
+    return line(", ".join(shown))
 
 
 class _DefinitionSinks:

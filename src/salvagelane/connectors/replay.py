@@ -23,9 +23,9 @@ MAX_META_BYTES = 1024 * 1024
 class ReplayConnector:
     """Replays a recorded completion; the request is ignored.
 
-    ``fixture`` is a directory holding ``raw.txt`` and an optional ``meta.json``, or the
-    raw output file itself (what a definition's ``connector.fixture`` names), with an
-    optional ``meta.json`` beside it. ``meta.json`` may hold ``finish_reason``,
+    ``fixture`` is a directory holding ``raw.txt`` and an optional ``meta.json`` (what
+    ``run --replay`` and a definition's ``connector.fixture`` name), or the raw output
+    file itself, with an optional ``meta.json`` beside it. ``meta.json`` may hold ``finish_reason``,
     ``native_finish_reason``, ``usage`` (``prompt_tokens``, ``completion_tokens``) and
     ``model``. Both are read only as regular files (:func:`read_fixture_bytes`).
     """

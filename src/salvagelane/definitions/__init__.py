@@ -13,11 +13,21 @@ errors. Relative paths in a definition are resolved against its directory.
 
 Loading runs no code a definition names. Resolving its context does: a context
 callable is imported and called (``check`` does that only with ``--resolve``).
+
+Every run keeps the version it used (:class:`DefinitionSnapshot`: the YAML text and
+the files it names); :func:`load_stored` rebuilds a definition from one without
+touching the filesystem, and runs none of the code it names.
 """
 
 from __future__ import annotations
 
-from salvagelane.definitions.context import resolve_allow_lists, resolve_context
+from salvagelane.definitions.context import (
+    resolve_allow_lists,
+    resolve_context,
+    review_policy,
+    snapshot_for_run,
+    with_snapshot,
+)
 from salvagelane.definitions.cron import cron_problem
 from salvagelane.definitions.loading import (
     CheckedInstruction,
@@ -26,6 +36,7 @@ from salvagelane.definitions.loading import (
     duplicate_id_check,
     load_instruction,
     load_instructions,
+    load_stored,
 )
 from salvagelane.definitions.model import (
     AllowListSource,
@@ -43,6 +54,13 @@ from salvagelane.definitions.model import (
     SinkKind,
     SinkSpec,
 )
+from salvagelane.definitions.snapshot import (
+    DEFINITION_FILE,
+    DefinitionSnapshot,
+    FileChange,
+    describe_differences,
+    differences,
+)
 from salvagelane.definitions.templates import (
     RENDER_LIMITS,
     UNCERTAINTY_SENTENCE,
@@ -52,6 +70,7 @@ from salvagelane.definitions.templates import (
 )
 
 __all__ = [
+    "DEFINITION_FILE",
     "RENDER_LIMITS",
     "UNCERTAINTY_SENTENCE",
     "AllowListSource",
@@ -59,6 +78,8 @@ __all__ = [
     "Connector",
     "ConnectorKind",
     "ContextSource",
+    "DefinitionSnapshot",
+    "FileChange",
     "GuardrailSpec",
     "Instruction",
     "OutputSpec",
@@ -73,11 +94,17 @@ __all__ = [
     "check_instruction",
     "cron_problem",
     "definition_files",
+    "describe_differences",
+    "differences",
     "duplicate_id_check",
     "load_instruction",
     "load_instructions",
+    "load_stored",
     "output_contract",
     "render_prompt",
     "resolve_allow_lists",
     "resolve_context",
+    "review_policy",
+    "snapshot_for_run",
+    "with_snapshot",
 ]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -41,6 +41,7 @@ from salvagelane.definitions.problems import (
     raise_problems,
     received,
 )
+from salvagelane.definitions.snapshot import DefinitionSnapshot, DiskFiles, StoredFiles
 from salvagelane.definitions.templates import (
     placeholder,
     preview_prompt,
@@ -50,9 +51,11 @@ from salvagelane.definitions.templates import (
 from salvagelane.definitions.validation import validate
 from salvagelane.definitions.yaml_source import YamlProblem, parse_yaml, read_text
 from salvagelane.errors import ConfigurationError, DefinitionError, not_utf8
-from salvagelane.loading import load_allow_list, load_json_file
+from salvagelane.loading import allow_list_values, parse_json_text
 
 _MAX_DEFINITION_BYTES = 1024 * 1024
+_MAX_FILE_BYTES = 16 * 1024 * 1024  # a schema or an allow-list file
+RAW_FILE = "raw.txt"  # a fixture's recorded output (salvagelane.fixtures.RAW_FILE)
 
 
 # --- Loading ---------------------------------------------------------------------------------
@@ -78,6 +81,34 @@ def load_instruction(path: Path | str) -> Instruction:
         raise DefinitionError(
             f"{source}: expected a definition file, got one {exc}", source=source
         ) from exc
+    return _load(text, path, DiskFiles(path.resolve().parent))
+
+
+def load_stored(snapshot: DefinitionSnapshot) -> Instruction:
+    """The definition ``snapshot`` holds (a run's stored version, a fixture's
+    ``definition.json``), loaded, validated and cross-checked as :func:`load_instruction`
+    does, without touching the filesystem: every file it names is read from the snapshot.
+
+    A snapshot is data from a database or a fixture. Nothing it names is resolved as a
+    path: its connector's fixture is not kept and its sinks are left out (a stored copy
+    never says where a report goes); context callables are kept by name, and run only
+    when a trusted definition names them too (see :func:`review_policy`).
+    """
+    source = f"{snapshot.name} (stored {snapshot.sha256[:12]})"
+    size = len(snapshot.text.encode("utf-8", "surrogatepass"))
+    if size > _MAX_DEFINITION_BYTES:
+        raise DefinitionError(
+            f"{source}: expected a definition file, got one larger than "
+            f"{_MAX_DEFINITION_BYTES} bytes",
+            source=source,
+        )
+    return _load(snapshot.text, Path(source), StoredFiles(snapshot), stored=snapshot.sha256)
+
+
+def _load(
+    text: str, path: Path, files: DiskFiles | StoredFiles, *, stored: str | None = None
+) -> Instruction:
+    source = str(path)
     try:
         document, lines = parse_yaml(text)
     except YamlProblem as exc:
@@ -88,16 +119,18 @@ def load_instruction(path: Path | str) -> Instruction:
             paths=() if exc.path is None else (format_path(exc.path),),
         ) from exc
     raise_problems(source, in_document_order(validate(document), lines), lines)
-    base = path.resolve().parent
     problems: list[Problem] = []
-    instruction = _build(document, path, base, problems)
+    instruction = _build(document, path, files, problems)
     raise_problems(source, in_document_order(problems, lines), lines)
     assert instruction is not None
-    return instruction
+    return replace(instruction, text=text, stored_sha256=stored)
 
 
 def _build(
-    document: Mapping[str, Any], path: Path, base: Path, problems: list[Problem]
+    document: Mapping[str, Any],
+    path: Path,
+    files: DiskFiles | StoredFiles,
+    problems: list[Problem],
 ) -> Instruction | None:
     """The Instruction for a schema-valid document; cross-reference problems go to
     ``problems`` (and then nothing is returned)."""
@@ -119,11 +152,13 @@ def _build(
 
     connector_doc = document["connector"]
     fixture = None
-    if "fixture" in connector_doc:
-        fixture = _existing_file(base, connector_doc["fixture"], ("connector", "fixture"), problems)
+    if "fixture" in connector_doc and isinstance(files, DiskFiles):
+        # A stored copy keeps no fixture: nothing rebuilt from one calls a connector.
+        fixture = _fixture_directory(files, connector_doc["fixture"], problems)
 
     output_doc = document["output"]
-    item_schema, envelope_schema = _compile_schemas(base, output_doc, problems)
+    loaded: dict[str, str] = {}
+    item_schema, envelope_schema = _compile_schemas(files, output_doc, problems, loaded)
     items_path = parse_items_path(output_doc["items_path"])
     if envelope_schema is not None:
         _check_field_path(
@@ -134,7 +169,7 @@ def _build(
         _check_field_path(item_schema.schema, rank_key, ("output", "rank_key"), "item", problems)
 
     context = {
-        name: _context_source(name, entry, base, problems)
+        name: _context_source(name, entry, files, problems)
         for name, entry in document["context"].items()
     }
 
@@ -150,12 +185,12 @@ def _build(
                 "item",
                 problems,
             )
-        file = None
-        if "file" in entry:
-            file = _existing_file(base, entry["file"], (*where, "file"), problems)
-            if file is not None:
+        reference = entry.get("file")
+        if reference is not None:
+            text = _read_file(files, reference, (*where, "file"), problems, _MAX_FILE_BYTES)
+            if text is not None:
                 try:
-                    load_allow_list(file)
+                    allow_list_values(text, shown=files.shown(reference))
                 except ConfigurationError as exc:
                     problems.append(Problem((*where, "file"), f"expected an allow-list: {exc}"))
         if "context" in entry and entry["context"] not in context:
@@ -171,8 +206,9 @@ def _build(
             AllowListSource(
                 field=entry["field"],
                 values=tuple(entry["values"]) if "values" in entry else None,
-                file=file,
+                file=_on_disk(files, reference),
                 context=entry.get("context"),
+                reference=reference,
             )
         )
 
@@ -208,8 +244,8 @@ def _build(
         ),
         prompt=PromptTemplates(system=prompt_doc["system"], user=prompt_doc["user"]),
         output=OutputSpec(
-            envelope_schema_path=(base / output_doc["envelope_schema"]).resolve(),
-            item_schema_path=(base / output_doc["item_schema"]).resolve(),
+            envelope_schema_path=_schema_path(files, output_doc["envelope_schema"]),
+            item_schema_path=_schema_path(files, output_doc["item_schema"]),
             items_path=items_path,
             rank_key=output_doc["rank_key"],
             envelope_schema=envelope_schema,
@@ -230,10 +266,17 @@ def _build(
             length_budget_factor=float(document["retry"].get("length_budget_factor", 2.0)),
             max_output_tokens_ceiling=document["retry"].get("max_output_tokens_ceiling"),
         ),
-        sinks=tuple(_sink(entry, base) for entry in document.get("sinks", ())),
+        # A stored copy never says where a report goes: see load_stored.
+        sinks=(
+            tuple(_sink(entry, files.base) for entry in document.get("sinks", ()))
+            if isinstance(files, DiskFiles)
+            else ()
+        ),
         source=path,
         definition=MappingProxyType(dict(document)),
         definition_sha256=canonical_sha256(document),
+        files=files,
+        loaded_files=MappingProxyType(loaded),
     )
 
 
@@ -250,41 +293,128 @@ def _sink(entry: Mapping[str, Any], base: Path) -> SinkSpec:
     )
 
 
-def _existing_file(
-    base: Path, relative: str, where: PathParts, problems: list[Problem]
-) -> Path | None:
-    resolved = (base / relative).resolve()
-    if not resolved.is_file():
+def _on_disk(files: DiskFiles | StoredFiles, reference: str | None) -> Path | None:
+    """Where ``reference`` is on disk; None for a stored definition (never a path)."""
+    if reference is None or not isinstance(files, DiskFiles):
+        return None
+    return files.path(reference)
+
+
+def _schema_path(files: DiskFiles | StoredFiles, reference: str) -> Path:
+    if isinstance(files, DiskFiles):
+        return files.path(reference)
+    return Path(files.shown(reference))  # a name for messages, never opened
+
+
+def _missing(files: DiskFiles | StoredFiles, relative: str) -> str:
+    if isinstance(files, DiskFiles):
+        return (
+            f"expected an existing file (relative to the definition's directory), "
+            f"got {received(relative)}: no such file {files.path(relative)}"
+        )
+    return (
+        f"expected a file the stored definition holds, got {received(relative)}, which it does not"
+    )
+
+
+def _read_file(
+    files: DiskFiles | StoredFiles,
+    relative: str,
+    where: PathParts,
+    problems: list[Problem],
+    cap: int,
+) -> str | None:
+    """The text of the file ``relative`` names, or None with a problem saying why not."""
+    if not files.exists(relative):
+        problems.append(Problem(where, _missing(files, relative)))
+        return None
+    try:
+        return files.read(relative, cap)
+    except OSError as exc:
         problems.append(
             Problem(
                 where,
-                f"expected an existing file (relative to the definition's directory), "
-                f"got {received(relative)}: no such file {resolved}",
+                f"expected a readable file, got {received(relative)}: {exc.strerror or exc}",
+            )
+        )
+    except UnicodeDecodeError as exc:
+        problems.append(
+            Problem(
+                where,
+                f"expected UTF-8 text in {received(relative)}: {not_utf8(exc)}",
+            )
+        )
+    except ValueError as exc:
+        problems.append(Problem(where, f"expected a smaller file, got {received(relative)}: {exc}"))
+    return None
+
+
+FIXTURE_HINT = "the directory holding raw.txt and meta.json, as `salvagelane run --replay DIR`"
+
+
+def _fixture_directory(files: DiskFiles, relative: str, problems: list[Problem]) -> Path | None:
+    """The fixture directory ``connector.fixture`` names (like ``run --replay DIR``)."""
+    where: PathParts = ("connector", "fixture")
+    resolved = files.path(relative)
+    if resolved.is_dir():
+        if not (resolved / RAW_FILE).is_file():
+            problems.append(
+                Problem(
+                    where,
+                    f"expected a fixture directory ({FIXTURE_HINT}), got {received(relative)}: "
+                    f"no {RAW_FILE} in {resolved}",
+                )
+            )
+            return None
+        return resolved
+    if resolved.is_file() and resolved.name == RAW_FILE:
+        parent = PurePosixPath(relative).parent.as_posix()
+        problems.append(
+            Problem(
+                where,
+                f"expected the fixture directory, got {received(relative)}, the {RAW_FILE} "
+                f"file in it: give the directory instead ({json.dumps(parent)})",
             )
         )
         return None
-    return resolved
+    what = "a file" if resolved.exists() else f"no such directory {resolved}"
+    problems.append(
+        Problem(
+            where,
+            f"expected a fixture directory (relative to the definition's directory: "
+            f"{FIXTURE_HINT}), got {received(relative)}: {what}",
+        )
+    )
+    return None
 
 
 def _compile_schemas(
-    base: Path, output: Mapping[str, Any], problems: list[Problem]
+    files: DiskFiles | StoredFiles,
+    output: Mapping[str, Any],
+    problems: list[Problem],
+    loaded: dict[str, str],
 ) -> tuple[ItemSchema | None, ItemSchema | None]:
-    """The compiled item and envelope schemas; the envelope may $ref the item by its $id."""
-    item_path = _existing_file(base, output["item_schema"], ("output", "item_schema"), problems)
-    envelope_path = _existing_file(
-        base, output["envelope_schema"], ("output", "envelope_schema"), problems
+    """The compiled item and envelope schemas; the envelope may $ref the item by its $id.
+    The text of each schema read goes into ``loaded`` (by the path as written)."""
+    item_ref, envelope_ref = output["item_schema"], output["envelope_schema"]
+    item_text = _read_file(files, item_ref, ("output", "item_schema"), problems, _MAX_FILE_BYTES)
+    envelope_text = _read_file(
+        files, envelope_ref, ("output", "envelope_schema"), problems, _MAX_FILE_BYTES
     )
+    for reference, text in ((item_ref, item_text), (envelope_ref, envelope_text)):
+        if text is not None:
+            loaded[reference] = text
     item_schema = envelope_schema = None
     item_document: Any = None
-    if item_path is not None:
+    if item_text is not None:
         try:
-            item_document = load_json_file(item_path, what="schema")
-            item_schema = ItemSchema.compile(item_document, source=output["item_schema"])
+            item_document = parse_json_text(item_text, what="schema", shown=files.shown(item_ref))
+            item_schema = ItemSchema.compile(item_document, source=item_ref)
         except ConfigurationError as exc:
             problems.append(
                 Problem(("output", "item_schema"), f"expected a valid JSON Schema, got: {exc}")
             )
-    if envelope_path is not None and item_path is not None and item_schema is not None:
+    if envelope_text is not None and item_schema is not None:
         # Compiled only with a usable item schema: the envelope usually $refs it.
         bundled = (
             [item_document]
@@ -293,8 +423,8 @@ def _compile_schemas(
         )
         try:
             envelope_schema = ItemSchema.compile(
-                load_json_file(envelope_path, what="schema"),
-                source=output["envelope_schema"],
+                parse_json_text(envelope_text, what="schema", shown=files.shown(envelope_ref)),
+                source=envelope_ref,
                 resources=bundled,
             )
         except ConfigurationError as exc:
@@ -336,18 +466,22 @@ def _check_field_path(
 
 
 def _context_source(
-    name: str, entry: Mapping[str, Any], base: Path, problems: list[Problem]
+    name: str, entry: Mapping[str, Any], files: DiskFiles | StoredFiles, problems: list[Problem]
 ) -> ContextSource:
     if "file" in entry:
-        file = _existing_file(base, entry["file"], ("context", name, "file"), problems)
-        if file is not None and file.suffix.lower() not in (".json", ".yaml", ".yml"):
+        reference = entry["file"]
+        if not files.exists(reference):
+            problems.append(Problem(("context", name, "file"), _missing(files, reference)))
+        elif PurePosixPath(reference).suffix.lower() not in (".json", ".yaml", ".yml"):
             problems.append(
                 Problem(
                     ("context", name, "file"),
-                    f"expected a .json, .yaml or .yml file, got {received(entry['file'])}",
+                    f"expected a .json, .yaml or .yml file, got {received(reference)}",
                 )
             )
-        return ContextSource(name=name, kind="file", file=file or (base / entry["file"]).resolve())
+        return ContextSource(
+            name=name, kind="file", file=_on_disk(files, reference), reference=reference
+        )
     if "callable" in entry:
         return ContextSource(
             name=name,

@@ -6,10 +6,13 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from salvagelane.core import Guardrails, ItemSchema, SalvagePolicy
 from salvagelane.logs import redact_url
+
+if TYPE_CHECKING:
+    from salvagelane.definitions.snapshot import DefinitionFiles
 
 # --- The definition, as loaded -------------------------------------------------------------
 
@@ -96,12 +99,17 @@ class OutputSpec:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AllowListSource:
-    """One allow-list: a field and exactly one of inline values, a file or a context name."""
+    """One allow-list: a field and exactly one of inline values, a file or a context name.
+
+    A file is named by ``reference`` (the path as written) and read through the
+    definition's files; ``file`` is where that is on disk (None for a stored definition).
+    """
 
     field: str
     values: tuple[str, ...] | None = None
     file: Path | None = None
     context: str | None = None
+    reference: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -118,7 +126,9 @@ class GuardrailSpec:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ContextSource:
-    """Where one context value comes from."""
+    """Where one context value comes from. A file is named by ``reference`` (the path as
+    written) and read through the definition's files; ``file`` is where that is on disk
+    (None for a stored definition)."""
 
     name: str
     kind: Literal["value", "file", "callable"]
@@ -126,6 +136,7 @@ class ContextSource:
     file: Path | None = None
     callable: str | None = None
     args: Mapping[str, Any] = field(default_factory=dict)
+    reference: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -171,6 +182,12 @@ class Instruction:
     of its canonical JSON (sorted keys, no whitespace), which identifies the version
     a run used. Comments and layout do not change it; referenced files are hashed
     separately (``output.item_schema.sha256``).
+
+    ``text`` is the YAML as written, ``files`` where the files it names are read (on
+    disk next to it, or from a stored copy) and ``loaded_files`` the text of those read
+    while loading it (its schemas). ``stored_sha256`` is the version of the stored copy
+    it was rebuilt from (:func:`~salvagelane.definitions.loading.load_stored`), None
+    for a definition loaded from the operator's directory.
     """
 
     id: str
@@ -186,6 +203,10 @@ class Instruction:
     definition: Mapping[str, Any]
     definition_sha256: str
     sinks: tuple[SinkSpec, ...] = ()
+    text: str = ""
+    files: DefinitionFiles | None = None
+    loaded_files: Mapping[str, str] = field(default_factory=dict)
+    stored_sha256: str | None = None
 
     def salvage_policy(self, allow_lists: Mapping[str, frozenset[str]]) -> SalvagePolicy:
         """The core's policy for this instruction, with allow-lists from

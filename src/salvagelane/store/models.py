@@ -28,6 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.expression import false
 from sqlalchemy.types import TypeDecorator
 
 # Explicit constraint names, so the migration and the models agree on every backend and
@@ -164,6 +165,9 @@ class Run(Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     instruction_id: Mapped[str] = mapped_column(Text)
     definition_sha256: Mapped[str] = mapped_column(Text)
+    # The stored version of the definition the run used (definition_versions.sha256);
+    # None for runs stored before migration 0006 and for missed fires.
+    definition_version: Mapped[str | None] = mapped_column(String(64))
     trigger: Mapped[str] = mapped_column(Text)
     scheduled_for: Mapped[datetime | None] = mapped_column(UTCDateTime)
     fire_attempt: Mapped[int] = mapped_column(Integer, server_default="1")
@@ -180,6 +184,21 @@ class Run(Base):
         String(36), ForeignKey("attempts.id", use_alter=True)
     )
     sink_status: Mapped[str | None] = mapped_column(Text)
+    # ``run --scheduled-for T --force``: T is not a fire time of the schedule.
+    forced: Mapped[bool] = mapped_column(Boolean, server_default=false())
+
+
+class DefinitionVersion(Base):
+    """A definition as a run used it (its YAML text and the files it names), stored once
+    per version: ``sha256`` names the content (see ``definitions/snapshot.py``)."""
+
+    __tablename__ = "definition_versions"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    instruction_id: Mapped[str] = mapped_column(Text)
+    definition_sha256: Mapped[str] = mapped_column(Text)
+    content: Mapped[Any] = mapped_column(JSONText)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class ScheduleState(Base):

@@ -83,6 +83,18 @@ class QuarantineRecord:
     review_status: str = "pending"
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DefinitionRecord:
+    """A definition as a run used it: ``content`` is the snapshot's JSON (see
+    :class:`salvagelane.definitions.DefinitionSnapshot`), ``sha256`` the version it names.
+    Read back, it is data from the database: check ``sha256`` against the content."""
+
+    sha256: str
+    instruction_id: str
+    definition_sha256: str
+    content: Mapping[str, JSONValue]
+
+
 # --- returned by reads ----------------------------------------------------------------------
 
 
@@ -95,7 +107,8 @@ class RunSummary:
     the report's items, an operator's included; quarantined counts the chosen attempt's
     items still held back (pending or rejected).
     ``scheduled_for`` is the fire a scheduled run claimed (None for manual runs);
-    ``fire_attempt`` is 2 for the one retry of an interrupted fire, named by ``retry_of``."""
+    ``fire_attempt`` is 2 for the one retry of an interrupted fire, named by ``retry_of``;
+    ``forced``: ``scheduled_for`` is not a fire time of the schedule (``run --force``)."""
 
     id: str
     instruction_id: str
@@ -116,6 +129,7 @@ class RunSummary:
     quarantined_by_reason: Mapping[str, int]
     output_cut: tuple[str, ...]
     native_finish_reason: str | None
+    forced: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -349,9 +363,12 @@ class OpenDelivery:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunDetail(RunSummary):
-    """Everything stored about one run: its summary plus attempts, report and quarantine."""
+    """Everything stored about one run: its summary plus attempts, report and quarantine.
+    ``definition_version`` names the stored version of the definition it used (None for
+    runs stored before it was kept, and for missed fires)."""
 
     definition_sha256: str
+    definition_version: str | None
     started_at: datetime
     heartbeat_at: datetime | None
     error: str | None

@@ -36,6 +36,7 @@ from salvagelane.store.figures import RunFigures, figures_of, report_counts
 from salvagelane.store.models import (
     FIRE_CONSTRAINT,
     Attempt,
+    DefinitionVersion,
     QuarantinedItem,
     Report,
     ReportItem,
@@ -46,6 +47,7 @@ from salvagelane.store.models import (
 from salvagelane.store.records import (
     AttemptView,
     ClaimedDelivery,
+    DefinitionRecord,
     DeliveryRun,
     FailureStatus,
     FinalRunStatus,
@@ -236,6 +238,8 @@ class Store:
         scheduled_for: datetime | None,
         now: datetime,
         retry_of: str | None = None,
+        definition: DefinitionRecord | None = None,
+        forced: bool = False,
     ) -> str:
         """Record a new run as ``running``; returns its id. ``trigger`` is one of
         :data:`~salvagelane.store.records.Trigger` (a StrEnum member will do).
@@ -243,15 +247,23 @@ class Store:
         With ``scheduled_for`` the insert claims that fire: DuplicateFireError when it
         already has a run. ``retry_of`` names an interrupted run of the same fire that
         this one repeats; the retry is claimed the same way, so a fire is retried once.
+        ``definition`` is the version of the definition the run uses: stored with the
+        run, in the same transaction, unless that version is stored already. ``forced``:
+        ``scheduled_for`` is not a fire time of the schedule, and the operator said so.
         """
         _check_vocabulary("trigger", trigger, _TRIGGERS)
         if retry_of is not None and scheduled_for is None:
             raise ValueError("retry_of: only a scheduled fire is retried; pass its scheduled_for")
+        if forced and scheduled_for is None:
+            raise ValueError("forced: only a run with a scheduled_for forces its fire time")
+        if definition is not None and definition.definition_sha256 != definition_sha256:
+            raise ValueError("definition: its definition_sha256 is not the run's")
         run_id = _new_id()
         run = Run(
             id=run_id,
             instruction_id=instruction_id,
             definition_sha256=definition_sha256,
+            definition_version=None if definition is None else definition.sha256,
             trigger=trigger,
             scheduled_for=scheduled_for,
             fire_attempt=1 if retry_of is None else 2,
@@ -260,18 +272,30 @@ class Store:
             created_at=now,
             started_at=now,
             heartbeat_at=now,
+            forced=forced,
         )
-        self._insert_run(run, f"start a run of {instruction_id}")
+        self._insert_run(run, f"start a run of {instruction_id}", definition=definition, now=now)
         return run_id
 
-    def _insert_run(self, run: Run, operation: str) -> None:
-        """Insert ``run``; DuplicateFireError when its fire already has a row.
+    def _insert_run(
+        self,
+        run: Run,
+        operation: str,
+        *,
+        definition: DefinitionRecord | None = None,
+        now: datetime | None = None,
+    ) -> None:
+        """Insert ``run`` (and the ``definition`` version it uses, unless stored already);
+        DuplicateFireError when its fire already has a row.
 
         The insert is the claim of the fire: the unique index on (instruction_id,
         scheduled_for) lets exactly one of any number of concurrent inserts commit.
         """
         try:
             with self._transaction(operation) as session:
+                if definition is not None:
+                    assert now is not None
+                    _insert_definition(session, definition, now)
                 session.add(run)
         except StoreError as exc:
             if run.scheduled_for is not None and _is_fire_conflict(exc.__cause__):
@@ -316,6 +340,32 @@ class Store:
         except DuplicateFireError:
             return None
         return run_id
+
+    def keep_definition(self, definition: DefinitionRecord, *, now: datetime) -> None:
+        """Store a version of a definition on its own, unless it is stored already
+        (``start_run`` does this with the run; this is for imports and tests)."""
+        with self._transaction(f"keep a definition of {definition.instruction_id}") as session:
+            _insert_definition(session, definition, now)
+
+    def get_definition(self, run_id: str) -> DefinitionRecord | None:
+        """The stored version of the definition run ``run_id`` (or a unique prefix) used;
+        None when the run has none (stored before 0006, or a missed fire)."""
+        with self._transaction(f"read the definition of run {run_id}") as session:
+            run = self._resolve(session, run_id)
+            if run.definition_version is None:
+                return None
+            row = session.get(DefinitionVersion, run.definition_version)
+            if row is None:
+                raise NotFoundError(
+                    f"{self.url}: run {run.id} names definition version "
+                    f"{run.definition_version[:12]}, which the database does not hold"
+                )
+            return DefinitionRecord(
+                sha256=row.sha256,
+                instruction_id=row.instruction_id,
+                definition_sha256=row.definition_sha256,
+                content=row.content,
+            )
 
     def mark_interrupted(self, run_id: str, *, now: datetime, error: str) -> bool:
         """End ``run_id`` as ``interrupted`` if it is still running (a process shutting down
@@ -856,6 +906,28 @@ def _enqueue(
         ClaimedDelivery(id=row.id, run=owner, kind=row.kind, target=row.target, attempts=1)
         for row in rows
     ]
+
+
+def _insert_definition(session: Session, definition: DefinitionRecord, now: datetime) -> None:
+    """Store ``definition`` unless its version is stored already (by any process: the
+    insert does nothing on a conflict, so concurrent runs of one version never fail)."""
+    values = {
+        "sha256": definition.sha256,
+        "instruction_id": definition.instruction_id,
+        "definition_sha256": definition.definition_sha256,
+        "content": definition.content,
+        "created_at": now,
+    }
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        statement: Any = pg_insert(DefinitionVersion).values(values)
+    else:
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        statement = sqlite_insert(DefinitionVersion).values(values)
+    session.execute(statement.on_conflict_do_nothing(index_elements=["sha256"]))
 
 
 def _summaries(session: Session, runs: list[Run]) -> list[RunSummary]:
