@@ -457,8 +457,10 @@ ROWS: list[Row] = [
         **NO_DB,
     ),
     row("schedule, missing directory", "schedule --instructions nowhere", code=2, **NO_DB),
-    row("replay, same", "replay fixtures/truncated", code=0, out="1 same", **NO_DB),
-    row("replay, differs", "replay fixtures/differs", code=1, out="1 differs", **NO_DB),
+    row("replay, same", "replay --use-current fixtures/truncated", code=0, out="1 same", **NO_DB),
+    row(
+        "replay, differs", "replay --use-current fixtures/differs", code=1, out="1 differs", **NO_DB
+    ),
     row("replay without a path", "replay", code=2, err="Missing argument", **NO_DB),
     # --- init: no database
     row("init", "init demo", code=0, out="wrote", changes=True, **NO_DB),

@@ -128,10 +128,8 @@ VARIANTS = {
         candidates=0,
         cut=False,
     ),
-    # The provider never answers (replay of a missing output): failed without a report.
-    "provider_error": Variant(
-        raw=None, finish="error", kept=0, held=(), candidates=0, cut=False, report=False
-    ),
+    # (A replay of a missing output is no longer a failed run: it is refused before
+    # anything is stored, exit 2; tests/integration/test_exit_codes.py has that row.)
 }
 
 
