@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from salvagelane.connectors.replay import (
     read_call_meta,
@@ -91,6 +91,8 @@ RAW_FILE = "raw.txt"
 META_FILE = "meta.json"
 EXPECTED_FILE = "expected.json"
 DEFINITION_FILE = "definition.json"  # salvagelane.definitions.DEFINITION_FILE
+
+_T = TypeVar("_T")
 
 Verdict = Literal["same", "differs", "error", "refused", "updated", "recorded"]
 
@@ -285,6 +287,22 @@ class FixtureReplay:
         }
 
 
+def _remembered(
+    cache: dict[str, _T | SalvagelaneError], key: str, compute: Callable[[], _T]
+) -> _T:
+    """``compute()`` once per ``key``; a failure is remembered too and raised again, so a
+    broken definition is reported for every fixture that names it but loaded once."""
+    if key not in cache:
+        try:
+            cache[key] = compute()
+        except SalvagelaneError as exc:
+            cache[key] = exc
+    found = cache[key]
+    if isinstance(found, SalvagelaneError):
+        raise found
+    return found
+
+
 class Replayer:
     """Replays fixtures with the definition each one's run was made with (its
     ``definition.json``), or with ``use_current`` with today's definitions in
@@ -310,32 +328,20 @@ class Replayer:
         InputError for anything but an id, NotFoundError when no definition has it."""
         from salvagelane.definitions.ids import instruction_by_id
 
-        if instruction_id not in self._current:
-            try:
-                self._current[instruction_id] = instruction_by_id(
-                    instruction_id, self._directory, where="instruction"
-                )
-            except SalvagelaneError as exc:
-                self._current[instruction_id] = exc
-        found = self._current[instruction_id]
-        if isinstance(found, SalvagelaneError):
-            raise found
-        return found
+        return _remembered(
+            self._current,
+            instruction_id,
+            lambda: instruction_by_id(instruction_id, self._directory, where="instruction"),
+        )
 
     def policy_for(self, instruction_id: str) -> SalvagePolicy:
         """The salvage policy of the current definition with id ``instruction_id``;
         InputError for anything but an id, NotFoundError when no definition has it."""
         from salvagelane.definitions import review_policy
 
-        if instruction_id not in self._policies:
-            try:
-                self._policies[instruction_id] = review_policy(self.current(instruction_id))
-            except SalvagelaneError as exc:
-                self._policies[instruction_id] = exc
-        policy = self._policies[instruction_id]
-        if isinstance(policy, SalvagelaneError):
-            raise policy
-        return policy
+        return _remembered(
+            self._policies, instruction_id, lambda: review_policy(self.current(instruction_id))
+        )
 
     def stored_policy(self, snapshot: DefinitionSnapshot, instruction_id: str) -> SalvagePolicy:
         """The salvage policy of the fixture's own definition ``snapshot``, which must
@@ -343,25 +349,16 @@ class Replayer:
         context callable an allow-list needs that the operator's definition does not."""
         from salvagelane.definitions import load_stored, review_policy
 
-        key = f"stored:{snapshot.sha256}"
-        if key not in self._policies:
-            try:
-                stored = load_stored(snapshot)
-                if stored.id != instruction_id:
-                    raise InputError(
-                        f"{DEFINITION_FILE}: defines {stored.id!r}, but {META_FILE} names "
-                        f"{instruction_id!r}: expected the definition of the fixture's "
-                        "instruction"
-                    )
-                self._policies[key] = review_policy(
-                    stored, trusted=lambda: self.current(instruction_id)
+        def load() -> SalvagePolicy:
+            stored = load_stored(snapshot)
+            if stored.id != instruction_id:
+                raise InputError(
+                    f"{DEFINITION_FILE}: defines {stored.id!r}, but {META_FILE} names "
+                    f"{instruction_id!r}: expected the definition of the fixture's instruction"
                 )
-            except SalvagelaneError as exc:
-                self._policies[key] = exc
-        policy = self._policies[key]
-        if isinstance(policy, SalvagelaneError):
-            raise policy
-        return policy
+            return review_policy(stored, trusted=lambda: self.current(instruction_id))
+
+        return _remembered(self._policies, f"stored:{snapshot.sha256}", load)
 
     def replay(self, directory: Path, *, update: bool = False) -> FixtureReplay:
         """Replay the fixture in ``directory``; with ``update``, record the outcome in

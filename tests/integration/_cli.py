@@ -10,6 +10,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "daily-triage-truncated"
 
+# A valid eighth recommendation for the truncated fixture (whose eighth item was cut):
+# what an operator approves in its place.
+EIGHTH = {
+    "rank": 8,
+    "candidate": "postgres-15-upgrade",
+    "action": "defer",
+    "why": "The cut-over needs a maintenance window; the team is stretched by billing.",
+    "confidence": 0.6,
+    "wsjf": {
+        "business_value": 6,
+        "time_criticality": 4,
+        "risk_reduction": 8,
+        "job_size": 8,
+        "score": 2.25,
+    },
+}
+
 
 def command(*args: str) -> list[str]:
     """The argv of ``salvagelane ARGS`` run by this interpreter."""

@@ -14,23 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _cli import FIXTURE, ROOT, salvagelane, upgraded
+from _cli import EIGHTH, FIXTURE, ROOT, salvagelane, upgraded
 
 COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
-EIGHTH = {
-    "rank": 8,
-    "candidate": "postgres-15-upgrade",
-    "action": "defer",
-    "why": "The cut-over needs a maintenance window; the team is stretched by billing.",
-    "confidence": 0.6,
-    "wsjf": {
-        "business_value": 6,
-        "time_criticality": 4,
-        "risk_reduction": 8,
-        "job_size": 8,
-        "score": 2.25,
-    },
-}
 
 
 def run_fixture(database: str, fixture: Path = FIXTURE) -> str:

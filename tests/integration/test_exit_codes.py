@@ -30,25 +30,11 @@ from typing import Any
 import click
 import pytest
 import sqlalchemy as sa
-from _cli import FIXTURE, ROOT, clean_env, command
+from _cli import EIGHTH, FIXTURE, ROOT, clean_env, command
 from _serve_process import ServeProcess
 
 from salvagelane.store import QuarantineFilter, Store, upgrade
 
-EIGHTH = {
-    "rank": 8,
-    "candidate": "postgres-15-upgrade",
-    "action": "defer",
-    "why": "The cut-over needs a maintenance window; the team is stretched by billing.",
-    "confidence": 0.6,
-    "wsjf": {
-        "business_value": 6,
-        "time_criticality": 4,
-        "risk_reduction": 8,
-        "job_size": 8,
-        "score": 2.25,
-    },
-}
 SCHEMA = "schemas/daily-triage-item.schema.json"
 DROP_DAC = [
     "setpriv",

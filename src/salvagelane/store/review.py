@@ -40,10 +40,8 @@ from salvagelane.store.records import (
     ReportItemRecord,
     ReviewAction,
 )
-from salvagelane.store.repository import _summary, _view, decode_raw
+from salvagelane.store.repository import SUPERSEDED, _summary, _view, decode_raw
 from salvagelane.vocabulary import ReviewStatus
-
-SUPERSEDED = ReviewStatus.SUPERSEDED.value
 
 Transactions = Callable[[str], AbstractContextManager[Session]]
 
