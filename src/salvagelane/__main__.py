@@ -1,5 +1,5 @@
 from __future__ import annotations
 
-from salvagelane.cli import main
+from salvagelane.cli import console_main
 
-main()
+console_main()

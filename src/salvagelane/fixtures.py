@@ -287,9 +287,7 @@ class FixtureReplay:
         }
 
 
-def _remembered(
-    cache: dict[str, _T | SalvagelaneError], key: str, compute: Callable[[], _T]
-) -> _T:
+def _remembered(cache: dict[str, _T | SalvagelaneError], key: str, compute: Callable[[], _T]) -> _T:
     """``compute()`` once per ``key``; a failure is remembered too and raised again, so a
     broken definition is reported for every fixture that names it but loaded once."""
     if key not in cache:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -97,6 +98,21 @@ def test_a_command_loads_only_its_own_command_module(repo_root: Path) -> None:
     assert code in (0, None)
     loaded = {m for m in modules if m.startswith("salvagelane.cli.") and m.endswith("_commands")}
     assert loaded == {"salvagelane.cli.salvage_commands"}
+
+
+def test_the_group_help_loads_no_command_module(repo_root: Path) -> None:
+    code, modules = imported_by(["--help"], repo_root, top_level=False)
+    assert code in (0, None)
+    assert not {m for m in modules if m.endswith("_commands")}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_the_listed_summary_is_the_command_own_help(name: str) -> None:
+    command = cli.get_command(click.Context(cli), name)
+    assert command is not None
+    assert command.help is not None
+    first_paragraph = " ".join(command.help.split("\n\n")[0].split())
+    assert COMMANDS[name].summary == first_paragraph
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

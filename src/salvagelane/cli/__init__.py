@@ -3,6 +3,6 @@ when its command runs (or ``--help`` lists them)."""
 
 from __future__ import annotations
 
-from salvagelane.cli.app import cli, main
+from salvagelane.cli.app import cli, console_main, main
 
-__all__ = ["cli", "main"]
+__all__ = ["cli", "console_main", "main"]

@@ -125,8 +125,7 @@ def echo_captured(captured: CapturedFixture) -> None:
 @click.option(
     "--update",
     is_flag=True,
-    help="Rewrite expected.json of every fixture that differs (or has none) with "
-    "today's outcome.",
+    help="Rewrite expected.json of every fixture that differs (or has none) with today's outcome.",
 )
 @json_option
 def replay_command(
