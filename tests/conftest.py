@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 from pathlib import Path
@@ -10,6 +11,16 @@ import pytest
 from hypothesis import settings
 
 from salvagelane.core import ItemSchema
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The tests start hundreds of `salvagelane` processes. Where PYTHONDONTWRITEBYTECODE
+    # is set (this CI's machines set it), each one would compile salvagelane from source,
+    # which an installed wheel never does: compile it once, and let the children read
+    # it. py_compile replaces each file atomically, so concurrent workers are safe.
+    del config
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    compileall.compile_dir(Path(__file__).resolve().parents[1] / "src" / "salvagelane", quiet=1)
 
 
 @pytest.fixture(scope="session")
