@@ -178,6 +178,22 @@ def run_plain(row: Row, project: Project, argv: list[str]) -> Result:
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+def run_without_api_key(row: Row, project: Project, argv: list[str]) -> Result:
+    """The command with the instruction's API key variable unset."""
+    environ = clean_env({"SALVAGELANE_DATABASE_URL": project.database})
+    environ.pop("OPENROUTER_API_KEY", None)
+    proc = subprocess.run(
+        command(*argv),
+        capture_output=True,
+        text=True,
+        cwd=project.root,
+        env=environ,
+        timeout=120,
+        check=False,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
 def run_interrupted_at_prompt(row: Row, project: Project, argv: list[str]) -> Result:
     """Start the command, wait for its confirmation prompt, press Ctrl-C (SIGINT)."""
     err = bytearray()
@@ -465,6 +481,15 @@ ROWS: list[Row] = [
         code=1,
         out="status       failed",
         changes=True,
+    ),
+    row(
+        # Not a refusal (2): a scheduled fire must leave a failed run in run health.
+        "run with its API key not set: a failed run",
+        "run daily-triage",
+        code=1,
+        out="environment variable OPENROUTER_API_KEY is not set",
+        changes=True,
+        runner=run_without_api_key,
     ),
     row(
         "run --replay of a directory without raw.txt",
