@@ -5,13 +5,14 @@ Run from the project root:
     .venv/bin/python benchmarks/startup.py            # 15 runs per command
     .venv/bin/python benchmarks/startup.py --runs 40
 
-Each command runs as a fresh process (as cron or a shell runs it) and its wall time is
-measured from spawn to exit, with compiled bytecode as a wheel install has it. Printed per command: the best and the median run, and
-the median minus a baseline's median. The baselines are the interpreter alone
-(``python -c pass``) and ``python -c "import jsonschema"``, the one heavy library that
-``salvage`` cannot avoid. The targets (issue 13): ``--help`` under 150 ms, ``salvage`` on
-a small file within 100 ms of ``import jsonschema``. The verdict column says whether the
-median met them; the script exits 1 when one was missed, so a slow start is visible.
+Each command runs as a fresh process (as cron or a shell runs it) and its wall time
+is measured from spawn to exit, with compiled bytecode as a wheel install has it.
+Printed per command: the best and the median run, and the median minus a baseline's
+median. The baselines are the interpreter alone (``python -c pass``) and
+``python -c "import jsonschema"``, the one heavy library that ``salvage`` cannot
+avoid. The targets (issue 13): ``--help`` under 150 ms, ``salvage`` on a small file
+within 100 ms of ``import jsonschema``. The verdict column says whether the median
+met them; the script exits 1 when one was missed, so a slow start is visible.
 """
 
 from __future__ import annotations
