@@ -23,6 +23,7 @@ from salvagelane.core.records import (
     CorrectionSignal,
     JSONValue,
     Reason,
+    SignalCode,
 )
 from salvagelane.core.repair import repair_truncated
 from salvagelane.core.scanner import Candidate, Closure
@@ -95,7 +96,7 @@ def check_size(review: Review, ctx: ChainContext) -> Review | Rejection:
         return Rejection(
             reason=Reason.TOO_DEEP,
             signal=CorrectionSignal(
-                code="too_deep",
+                code=SignalCode.TOO_DEEP,
                 path="$",
                 expected=f"at most {limits.max_depth} nested containers",
                 received=f"{review.candidate.depth} nested containers",
@@ -106,7 +107,7 @@ def check_size(review: Review, ctx: ChainContext) -> Review | Rejection:
         return Rejection(
             reason=Reason.TOO_LONG,
             signal=CorrectionSignal(
-                code="too_long",
+                code=SignalCode.TOO_LONG,
                 path="$",
                 expected=f"strings and numbers of at most {limits.max_string_length} characters",
                 received=f"{longest} characters",
@@ -150,7 +151,7 @@ def check_truncated(review: Review, ctx: ChainContext) -> Review | Rejection:
     return Rejection(
         reason=Reason.TRUNCATED,
         signal=CorrectionSignal(
-            code="truncated",
+            code=SignalCode.TRUNCATED,
             path="$",
             expected="a complete item",
             received="output that ends inside the item",
@@ -167,7 +168,7 @@ def parse_strictly(review: Review, ctx: ChainContext) -> Review | Rejection:
     if candidate.closure is Closure.BROKEN or not isinstance(parsed, Parsed):
         if isinstance(parsed, Parsed) or candidate.stray:
             signal = CorrectionSignal(
-                code="stray_text" if candidate.stray else "damaged",
+                code=SignalCode.STRAY_TEXT if candidate.stray else SignalCode.DAMAGED,
                 path="$",
                 expected="a JSON value" if candidate.stray else "a well-formed item",
                 received=describe(review.text, limit=40),
@@ -185,7 +186,7 @@ def require_object(review: Review, ctx: ChainContext) -> Review | Rejection:
     return Rejection(
         reason=Reason.NOT_OBJECT,
         signal=CorrectionSignal(
-            code="not_object",
+            code=SignalCode.NOT_OBJECT,
             path="$",
             expected="an object",
             received=describe(review.data),
@@ -228,7 +229,7 @@ def check_allow_lists(review: Review, ctx: ChainContext) -> Review | Rejection:
             return Rejection(
                 reason=Reason.ALLOW_LIST,
                 signal=CorrectionSignal(
-                    code="not_allowed",
+                    code=SignalCode.NOT_ALLOWED,
                     path=path,
                     expected=f"one of the {len(allowed)} allowed values ({preview})",
                     received=received,
@@ -305,7 +306,7 @@ def select_within_limit(
                 Rejection(
                     reason=Reason.OVER_LIMIT,
                     signal=CorrectionSignal(
-                        code="over_limit",
+                        code=SignalCode.OVER_LIMIT,
                         path=f"$.{guardrails.rank_key}" if guardrails.rank_key else "$",
                         expected=f"at most {limit} items (kept {by})",
                         received=f"rank {describe(value)}" if found else "one item too many",
@@ -328,7 +329,7 @@ def check_item_count(kept: int, guardrails: Guardrails) -> Rejection | None:
     return Rejection(
         reason=Reason.OVER_LIMIT,
         signal=CorrectionSignal(
-            code="over_limit",
+            code=SignalCode.OVER_LIMIT,
             path="$",
             expected=f"at most {limit} items in the report",
             received=f"item {kept + 1}: the report already holds {kept}",

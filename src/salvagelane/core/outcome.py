@@ -14,6 +14,7 @@ readable.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -135,50 +136,64 @@ def outcome_of(result: SalvageResult) -> Outcome:
     )
 
 
+class DifferenceKind(enum.StrEnum):
+    """How one candidate's fate, or the outcome as a whole, changed."""
+
+    STATUS = "status"
+    ITEM_LOST = "item_lost"  # accepted before, not now
+    ITEM_GAINED = "item_gained"  # accepted now, not before
+    ITEM_CHANGED = "item_changed"  # accepted both times, other data
+    REASON_CHANGED = "reason_changed"  # quarantined both times, for another reason
+    # No longer, or newly, quarantined; not accepted either time.
+    QUARANTINE_LOST = "quarantine_lost"
+    QUARANTINE_GAINED = "quarantine_gained"
+    ORDER = "order"  # the same accepted items in another order
+    ENVELOPE_KEYS = "envelope_keys"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Difference:
     """One way an actual outcome differs from the expected one.
 
-    ``kind`` is one of ``status``, ``item_lost`` (accepted before, not now),
-    ``item_gained`` (accepted now, not before), ``item_changed`` (accepted both times,
-    other data), ``reason_changed`` (quarantined both times, for another reason),
-    ``quarantine_lost``, ``quarantine_gained`` (a candidate that is no longer, or newly,
-    quarantined and was not accepted either time), ``order`` (the same accepted items in
-    another order) and ``envelope_keys``. ``index`` is the candidate's source index
-    where one is concerned; ``expected`` and ``actual`` say what each side holds.
+    ``index`` is the candidate's source index where one is concerned; ``expected`` and
+    ``actual`` say what each side holds. ``kind`` may be given as its word.
     """
 
-    kind: str
+    kind: DifferenceKind
     index: int | None = None
     expected: str
     actual: str
+
+    def __post_init__(self) -> None:
+        # The word is what fixtures' reports and JSON output carry; an unknown one is a bug.
+        object.__setattr__(self, "kind", DifferenceKind(self.kind))
 
     @property
     def message(self) -> str:
         where = "output" if self.index is None else f"item {self.index}"
         match self.kind:
-            case "status":
+            case DifferenceKind.STATUS:
                 return f"status changed: {self.expected} -> {self.actual}"
-            case "item_lost":
+            case DifferenceKind.ITEM_LOST:
                 return f"{where} lost: was accepted, now {self.actual}"
-            case "item_gained":
+            case DifferenceKind.ITEM_GAINED:
                 return f"{where} gained: was {self.expected}, now accepted"
-            case "item_changed":
+            case DifferenceKind.ITEM_CHANGED:
                 return f"{where} changed: data {self.expected} -> {self.actual}"
-            case "reason_changed":
+            case DifferenceKind.REASON_CHANGED:
                 return f"{where} reason changed: {self.expected} -> {self.actual}"
-            case "quarantine_lost":
+            case DifferenceKind.QUARANTINE_LOST:
                 return f"{where} no longer quarantined: was {self.expected}, now {self.actual}"
-            case "quarantine_gained":
+            case DifferenceKind.QUARANTINE_GAINED:
                 return f"{where} newly quarantined: was {self.expected}, now {self.actual}"
-            case "order":
+            case DifferenceKind.ORDER:
                 return f"accepted items reordered: {self.expected} -> {self.actual}"
             case _:
                 return f"{self.kind.replace('_', ' ')}: {self.expected} -> {self.actual}"
 
     def to_json(self) -> dict[str, JSONValue]:
         return {
-            "kind": self.kind,
+            "kind": str(self.kind),
             "index": self.index,
             "expected": self.expected,
             "actual": self.actual,
@@ -198,7 +213,7 @@ def compare(expected: Outcome, actual: Outcome) -> list[Difference]:
     differences: list[Difference] = []
     if expected.status != actual.status:
         differences.append(
-            Difference(kind="status", expected=expected.status, actual=actual.status)
+            Difference(kind=DifferenceKind.STATUS, expected=expected.status, actual=actual.status)
         )
     before, after = _fates(expected), _fates(actual)
     indexes: list[int | None] = [*sorted(i for i in before.keys() | after.keys() if i is not None)]
@@ -212,12 +227,16 @@ def compare(expected: Outcome, actual: Outcome) -> list[Difference]:
     kept_after = [item.index for item in actual.items]
     if sorted(kept_before) == sorted(kept_after) and kept_before != kept_after:
         differences.append(
-            Difference(kind="order", expected=_indexes(kept_before), actual=_indexes(kept_after))
+            Difference(
+                kind=DifferenceKind.ORDER,
+                expected=_indexes(kept_before),
+                actual=_indexes(kept_after),
+            )
         )
     if expected.envelope_keys != actual.envelope_keys:
         differences.append(
             Difference(
-                kind="envelope_keys",
+                kind=DifferenceKind.ENVELOPE_KEYS,
                 expected=_keys(expected.envelope_keys),
                 actual=_keys(actual.envelope_keys),
             )
@@ -261,22 +280,24 @@ def _fate_change(index: int | None, before: _Fate | None, after: _Fate | None) -
     if before is not None and before.accepted:
         if after is not None and after.accepted:
             return Difference(
-                kind="item_changed",
+                kind=DifferenceKind.ITEM_CHANGED,
                 index=index,
                 expected=f"sha256 {(before.sha256 or '')[:12]}",
                 actual=f"sha256 {(after.sha256 or '')[:12]}",
             )
-        return Difference(kind="item_lost", index=index, expected=was, actual=now)
+        return Difference(kind=DifferenceKind.ITEM_LOST, index=index, expected=was, actual=now)
     if after is not None and after.accepted:
-        return Difference(kind="item_gained", index=index, expected=was, actual=now)
+        return Difference(kind=DifferenceKind.ITEM_GAINED, index=index, expected=was, actual=now)
     if before is not None and after is not None:
         return Difference(
-            kind="reason_changed",
+            kind=DifferenceKind.REASON_CHANGED,
             index=index,
             expected=", ".join(before.reasons),
             actual=", ".join(after.reasons),
         )
-    kind = "quarantine_lost" if before is not None else "quarantine_gained"
+    kind = (
+        DifferenceKind.QUARANTINE_LOST if before is not None else DifferenceKind.QUARANTINE_GAINED
+    )
     return Difference(kind=kind, index=index, expected=was, actual=now)
 
 

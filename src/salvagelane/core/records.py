@@ -29,6 +29,32 @@ class Reason(enum.StrEnum):
     OVER_LIMIT = "over_limit"
 
 
+class SignalCode(enum.StrEnum):
+    """The codes of the correction signals the core's own checks give.
+
+    A schema violation's code is the JSON Schema keyword that failed (``type``,
+    ``required``, ...), an open set: ``CorrectionSignal.code`` is therefore a ``str``
+    that is one of these or a keyword.
+    """
+
+    OVERSIZE = "oversize"
+    TOO_DEEP = "too_deep"
+    TOO_LONG = "too_long"
+    TRUNCATED = "truncated"
+    DAMAGED = "damaged"  # the scanner stepped over damage inside the item
+    STRAY_TEXT = "stray_text"  # text between items that is no JSON value
+    SYNTAX = "syntax"
+    DUPLICATE_KEY = "duplicate_key"
+    NON_FINITE = "non_finite"
+    NUMBER_TOO_LONG = "number_too_long"
+    INVALID_UTF8 = "invalid_utf8"
+    NUL_CHARACTER = "nul_character"
+    LONE_SURROGATE = "lone_surrogate"
+    NOT_OBJECT = "not_object"
+    NOT_ALLOWED = "not_allowed"
+    OVER_LIMIT = "over_limit"
+
+
 class Status(enum.StrEnum):
     """How usable a salvage result is, as a whole."""
 
@@ -55,7 +81,7 @@ class Span:
 class CorrectionSignal:
     """A structured error a retry prompt can use: what, where, expected, received."""
 
-    code: str
+    code: SignalCode | str  # a JSON Schema keyword when the schema failed
     path: str
     expected: str
     received: str
@@ -67,7 +93,7 @@ class CorrectionSignal:
 
     def to_json(self) -> dict[str, str]:
         data = {
-            "code": self.code,
+            "code": str(self.code),
             "path": self.path,
             "expected": self.expected,
             "received": self.received,

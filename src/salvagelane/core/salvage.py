@@ -31,6 +31,7 @@ from salvagelane.core.records import (
     QuarantinedItem,
     Reason,
     SalvageResult,
+    SignalCode,
     Span,
 )
 from salvagelane.core.scanner import (
@@ -196,7 +197,7 @@ def _oversize(raw: str, size: int, limits: Guardrails, finish: str | None) -> Sa
         index=None,
         reason=Reason.OVERSIZE,
         error=CorrectionSignal(
-            code="oversize",
+            code=SignalCode.OVERSIZE,
             path="$",
             expected=f"at most {limits.max_bytes} bytes of output",
             received=f"at least {size} bytes" if len(raw) > limits.max_bytes else f"{size} bytes",

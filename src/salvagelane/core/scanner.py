@@ -42,6 +42,22 @@ class Closure(enum.StrEnum):
     BROKEN = "broken"  # the scanner saw damage it had to step over or cut at
 
 
+class AnomalyKind(enum.StrEnum):
+    """Structure the scanner tolerated; the value is the word the result's notes show."""
+
+    LEADING_TEXT = "leading_text"  # text before the report
+    TRAILING_TEXT = "trailing_text"  # text after the report
+    MISSING_COMMA = "missing_comma"
+    TRAILING_COMMA = "trailing_comma"
+    EXTRA_COMMA = "extra_comma"
+    MISSING_COLON = "missing_colon"
+    SKIPPED_TEXT = "skipped_text"  # damage between envelope members, stepped over
+    ITEMS_AFTER_REPORT = "items_after_report"  # the list was closed early by damage
+    STRAY_BRACKET = "stray_bracket"
+    STRAY_BRACE = "stray_brace"
+    UNCLOSED_ITEMS = "unclosed_items"  # the envelope went on without closing the list
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Candidate:
     """One item candidate inside the items container."""
@@ -74,7 +90,7 @@ class EnvelopeField:
 class Anomaly:
     """Structure the scanner tolerated: worth a note, costs no item."""
 
-    kind: str
+    kind: AnomalyKind
     span: Span
 
 
@@ -119,10 +135,32 @@ _ROOT_ARRAY = re.compile(r"\[[ \t\n\r]*+[{\]]")
 # `{` and a member name: what an item looks like, as opposed to braces in prose.
 _OBJECT_WITH_MEMBER = re.compile(r'\{[ \t\n\r]*+"(?:[^"\\\n]|\\.)*+"[ \t\n\r]*+:')
 _ROOT_ARRAY_LINE = re.compile(r"^[ \t]*+(\[)[ \t]*+\r?$", re.MULTILINE)
-_STRING, _CUT, _DEAD = "string", "cut", "dead"
 _VALUE_START = frozenset('{["-0123456789tfn')
 _COMMA_SEPARATOR = re.compile(r"[ \t\n\r]*+,(?![ \t\n\r]*+[,\]])")
-_EXPECT_KEY, _EXPECT_KEY_OR_CLOSE, _EXPECT_COMMA_OR_CLOSE = range(3)
+
+
+class _StringEnd(enum.StrEnum):
+    """How a string read leniently from its opening quote ends."""
+
+    STRING = "string"  # at its closing quote
+    CUT = "cut"  # at the bound without closing (the text ends, or the next item starts)
+    DEAD = "dead"  # at a raw newline or bad escape: the quote cannot open a string
+
+
+class _Expect(enum.IntEnum):
+    """What an envelope object accepts next, member by member."""
+
+    KEY = 0
+    KEY_OR_CLOSE = 1
+    COMMA_OR_CLOSE = 2
+
+
+# Module-level aliases for the members the innermost loops compare with: a global load,
+# not a global load plus a class attribute lookup (5% of the scan on an envelope of many
+# members, measured against plain ints).
+_STRING, _CUT, _DEAD = _StringEnd.STRING, _StringEnd.CUT, _StringEnd.DEAD
+_EXPECT_KEY, _EXPECT_KEY_OR_CLOSE = _Expect.KEY, _Expect.KEY_OR_CLOSE
+_EXPECT_COMMA_OR_CLOSE = _Expect.COMMA_OR_CLOSE
 
 
 @dataclass(slots=True)
@@ -130,7 +168,7 @@ class _Level:
     """An object being scanned member by member (the root or one on the items path)."""
 
     prefix: tuple[str, ...]
-    expect: int = _EXPECT_KEY_OR_CLOSE
+    expect: _Expect = _EXPECT_KEY_OR_CLOSE
     keys: set[str] = field(default_factory=set)
     last_field: int = -1  # index into the envelope list of this level's latest field
 
@@ -226,10 +264,12 @@ class _Scanner:
 
     def _note_surroundings(self, root: Span) -> None:
         if self.text[: root.start].strip(lexis.WHITESPACE):
-            self.anomalies.append(Anomaly(kind="leading_text", span=Span(start=0, end=root.start)))
+            self.anomalies.append(
+                Anomaly(kind=AnomalyKind.LEADING_TEXT, span=Span(start=0, end=root.start))
+            )
         if self.text[root.end :].strip(lexis.WHITESPACE):
             self.anomalies.append(
-                Anomaly(kind="trailing_text", span=Span(start=root.end, end=self.n))
+                Anomaly(kind=AnomalyKind.TRAILING_TEXT, span=Span(start=root.end, end=self.n))
             )
 
     def _hold_objects_outside(self, start: int, end: int, where: str) -> None:
@@ -264,7 +304,7 @@ class _Scanner:
                 return n
             level = levels[-1]
             char = text[pos]
-            if level.expect == _EXPECT_COMMA_OR_CLOSE:
+            if level.expect is _EXPECT_COMMA_OR_CLOSE:
                 if char == ",":
                     level.expect = _EXPECT_KEY
                     pos += 1
@@ -272,15 +312,15 @@ class _Scanner:
                     levels.pop()
                     pos += 1
                 elif char == '"':
-                    self._anomaly("missing_comma", pos, pos)
+                    self._anomaly(AnomalyKind.MISSING_COMMA, pos, pos)
                     level.expect = _EXPECT_KEY
                 else:
                     self._break_last_field(level, fields, f"unexpected {char!r} after the value")
                     pos = self._resync_member(level, pos)
                 continue
             if char == "}":
-                if level.expect == _EXPECT_KEY:
-                    self._anomaly("trailing_comma", pos, pos + 1)
+                if level.expect is _EXPECT_KEY:
+                    self._anomaly(AnomalyKind.TRAILING_COMMA, pos, pos + 1)
                 levels.pop()
                 pos += 1
                 continue
@@ -300,7 +340,7 @@ class _Scanner:
                 self.truncated = True
                 return n
             if text[colon] != ":":
-                self._anomaly("missing_colon", pos, colon)
+                self._anomaly(AnomalyKind.MISSING_COLON, pos, colon)
                 pos = self._resync_member(level, colon)
                 continue
             pos = lexis.skip_ws(text, colon + 1)
@@ -389,7 +429,7 @@ class _Scanner:
                     if self.truncated:
                         return self.n
                     continue
-            self._anomaly("skipped_text", pos, resume)
+            self._anomaly(AnomalyKind.SKIPPED_TEXT, pos, resume)
             level.expect = _EXPECT_KEY
             return found
 
@@ -417,7 +457,7 @@ class _Scanner:
         """Scan on from the item signature at ``anchor`` as part of the list, which
         damage at ``pos`` closed early; return where scanning goes on."""
         assert self.container is not None
-        self._anomaly("items_after_report", pos, anchor)
+        self._anomaly(AnomalyKind.ITEMS_AFTER_REPORT, pos, anchor)
         if self.text[pos:anchor].strip(" \t\r\n,]}"):
             # Remnants of whatever closed the list early: shown, not dropped.
             self._add_stray(pos, anchor, "text after the list closed early")
@@ -441,17 +481,17 @@ class _Scanner:
             char = text[pos]
             if char == ",":
                 if expect_item:
-                    self._anomaly("extra_comma", pos, pos + 1)
+                    self._anomaly(AnomalyKind.EXTRA_COMMA, pos, pos + 1)
                 expect_item = True
                 pos += 1
                 continue
             if char == "]":
                 if self._item_follows(pos + 1) or self._list_goes_on(pos):
-                    self._anomaly("stray_bracket", pos, pos + 1)
+                    self._anomaly(AnomalyKind.STRAY_BRACKET, pos, pos + 1)
                     pos += 1
                     continue
                 if expect_item and seen_item:
-                    self._anomaly("trailing_comma", pos, pos + 1)
+                    self._anomaly(AnomalyKind.TRAILING_COMMA, pos, pos + 1)
                 self.container = Span(start=start, end=pos + 1)
                 self.container_closed = True
                 return pos + 1
@@ -463,22 +503,22 @@ class _Scanner:
                     or self._next_char(pos + 1) in (",", "{", "]")
                     or self._item_ahead(pos + 1)
                 ):
-                    self._anomaly("stray_brace", pos, pos + 1)
+                    self._anomaly(AnomalyKind.STRAY_BRACE, pos, pos + 1)
                     pos += 1
                     continue
                 # The model closed the envelope without closing the list.
-                self._anomaly("unclosed_items", pos, pos)
+                self._anomaly(AnomalyKind.UNCLOSED_ITEMS, pos, pos)
                 self.container = Span(start=start, end=pos)
                 return pos
             if char == '"' and self.path and self._is_member(pos) and not self._item_ahead(pos):
                 # A member of the enclosing object, and no item after it: the model
                 # never closed the list. (With items after it, it is damage inside the
                 # list, such as an item that lost its opening brace: stray text.)
-                self._anomaly("unclosed_items", pos, pos)
+                self._anomaly(AnomalyKind.UNCLOSED_ITEMS, pos, pos)
                 self.container = Span(start=start, end=_trim_end(text, start, pos))
                 return pos
             if not expect_item:
-                self._anomaly("missing_comma", pos, pos)
+                self._anomaly(AnomalyKind.MISSING_COMMA, pos, pos)
             seen_item = True
             expect_item = False
             value = None
@@ -716,10 +756,10 @@ class _Scanner:
             return self._strict_dead[1]
         return self._dead[1] if self._in_dead(quote) else quote + 1
 
-    def _lenient_string(self, quote: int, bound: int | None = None) -> tuple[int, str]:
-        """How a string read leniently from ``quote`` ends: (end, _STRING), _CUT or _DEAD.
+    def _lenient_string(self, quote: int, bound: int | None = None) -> tuple[int, _StringEnd]:
+        """Where and how a string read leniently from ``quote`` ends (see ``_StringEnd``).
 
-        _CUT: it runs to ``bound`` (the end of the text by default) without closing.
+        CUT: it runs to ``bound`` (the end of the text by default) without closing.
         """
         if self._in_dead(quote):
             return self._dead[1], _DEAD
@@ -882,7 +922,7 @@ class _Scanner:
             pos -= 1
         return self.text[pos] if pos >= 0 else ""
 
-    def _anomaly(self, kind: str, start: int, end: int) -> None:
+    def _anomaly(self, kind: AnomalyKind, start: int, end: int) -> None:
         self.anomalies.append(Anomaly(kind=kind, span=Span(start=start, end=end)))
 
 
