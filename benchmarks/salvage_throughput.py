@@ -51,9 +51,9 @@ from pathlib import Path
 from typing import Any
 
 import salvagelane
+from salvagelane.core.assembly import SalvagePolicy, salvage
 from salvagelane.core.guardrails import Guardrails
 from salvagelane.core.records import SalvageResult
-from salvagelane.core.salvage import SalvagePolicy, salvage
 from salvagelane.core.scanner import ItemsPath, scan
 from salvagelane.core.schema import ItemSchema
 from salvagelane.core.strict import Parsed, Unparsable, parse_item

@@ -26,6 +26,7 @@ from typing import Any
 from salvagelane.connectors import Completion, CompletionRequest, Connector
 from salvagelane.context_sources import reference_time
 from salvagelane.core import SalvageResult, salvage
+from salvagelane.core.assembly import bytes_over_cap
 from salvagelane.core.attempts import (
     RetryTrigger,
     Scored,
@@ -37,7 +38,6 @@ from salvagelane.core.attempts import (
 )
 from salvagelane.core.finish import FinishReason
 from salvagelane.core.records import Status
-from salvagelane.core.salvage import bytes_over_cap
 from salvagelane.definitions import (
     DefinitionSnapshot,
     Instruction,

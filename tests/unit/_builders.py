@@ -9,9 +9,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from salvagelane.core.assembly import SalvagePolicy, salvage
 from salvagelane.core.guardrails import Guardrails
 from salvagelane.core.records import Reason, SalvageResult
-from salvagelane.core.salvage import SalvagePolicy, salvage
 from salvagelane.core.scanner import ItemsPath, ScanResult
 from salvagelane.core.schema import ItemSchema
 

@@ -1,24 +1,58 @@
-"""The pure salvage core: no I/O, no clock, no environment."""
+"""The pure salvage core: no I/O, no clock, no environment.
+
+Its names are imported on first use (PEP 562), as the package root does: the store
+needs only ``core.records``, and a command that opens the store (``runs list``,
+``quarantine list``) must not pay for jsonschema, which the guardrails import.
+"""
 
 from __future__ import annotations
 
-from salvagelane.core.finish import FinishReason, canonical_finish_reason
-from salvagelane.core.guardrails import Guardrails
-from salvagelane.core.records import (
-    AcceptedItem,
-    Coercion,
-    CorrectionSignal,
-    EnvelopeIssue,
-    QuarantinedItem,
-    Reason,
-    SalvageResult,
-    Span,
-    Status,
-)
-from salvagelane.core.salvage import SalvagePolicy, check_item, salvage
-from salvagelane.core.scanner import ItemsPath, ScanResult, parse_items_path, scan
-from salvagelane.core.schema import ItemSchema
-from salvagelane.core.strict import is_strict_document
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what mypy and editors see; at run time __getattr__ imports on demand
+    from salvagelane.core.assembly import SalvagePolicy, check_item, salvage
+    from salvagelane.core.finish import FinishReason, canonical_finish_reason
+    from salvagelane.core.guardrails import Guardrails
+    from salvagelane.core.records import (
+        AcceptedItem,
+        Coercion,
+        CorrectionSignal,
+        EnvelopeIssue,
+        QuarantinedItem,
+        Reason,
+        SalvageResult,
+        Span,
+        Status,
+    )
+    from salvagelane.core.scanner import ItemsPath, ScanResult, parse_items_path, scan
+    from salvagelane.core.schema import ItemSchema
+    from salvagelane.core.strict import is_strict_document
+
+_EXPORTS: dict[str, str] = {
+    "FinishReason": "salvagelane.core.finish",
+    "canonical_finish_reason": "salvagelane.core.finish",
+    "Guardrails": "salvagelane.core.guardrails",
+    "AcceptedItem": "salvagelane.core.records",
+    "Coercion": "salvagelane.core.records",
+    "CorrectionSignal": "salvagelane.core.records",
+    "EnvelopeIssue": "salvagelane.core.records",
+    "QuarantinedItem": "salvagelane.core.records",
+    "Reason": "salvagelane.core.records",
+    "SalvageResult": "salvagelane.core.records",
+    "Span": "salvagelane.core.records",
+    "Status": "salvagelane.core.records",
+    "SalvagePolicy": "salvagelane.core.assembly",
+    "check_item": "salvagelane.core.assembly",
+    "salvage": "salvagelane.core.assembly",
+    "ItemsPath": "salvagelane.core.scanner",
+    "ScanResult": "salvagelane.core.scanner",
+    "parse_items_path": "salvagelane.core.scanner",
+    "scan": "salvagelane.core.scanner",
+    "ItemSchema": "salvagelane.core.schema",
+    "is_strict_document": "salvagelane.core.strict",
+}
+"""Name -> the module that defines it."""
 
 __all__ = [
     "AcceptedItem",
@@ -43,3 +77,15 @@ __all__ = [
     "salvage",
     "scan",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'salvagelane.core' has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # looked up once: the next access skips __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,4 +1,5 @@
-"""Salvage: scan, run the guardrails over every candidate, assemble the result.
+"""Salvage, the core's entry point: scan, run the guardrails over every candidate, and
+assemble the result (the report assembly).
 
 Pure: text and a policy in, a ``SalvageResult`` out. No I/O, no clock, no
 environment, and it never raises on any ``str``.
