@@ -59,8 +59,8 @@ def test_openai(server: ScriptedServer, client: httpx.Client, monkeypatch: Any) 
         deadline_seconds=42.0,
     )
     assert isinstance(connector, OpenAICompatibleConnector)
-    assert connector.settings.timeout_seconds == 12.5
-    assert connector.settings.deadline_seconds == 42.0
+    assert connector.settings.http.timeout_seconds == 12.5
+    assert connector.settings.http.deadline_seconds == 42.0
 
     server.script.append(Scripted(body=provider_json("openai-chat-completion.json")))
     completion = connector.complete(REQUEST)
@@ -90,7 +90,7 @@ def test_anthropic_streaming(
         client=client,
     )
     assert isinstance(connector, AnthropicConnector)
-    assert connector.settings.timeout_seconds == 12.5
+    assert connector.settings.http.timeout_seconds == 12.5
 
     server.script.append(
         Scripted(headers=dict(SSE_HEADERS), chunks=provider_events("anthropic-stream.sse"))
