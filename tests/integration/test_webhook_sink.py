@@ -5,6 +5,8 @@ Only the timeout test waits for real (one 0.1 s read timeout per attempt, two at
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -183,3 +185,19 @@ def test_connection_refused(client: Any, clock: FakeClock) -> None:
         ).deliver(PAYLOAD)
     assert caught.value.target == url
     assert len(clock.sleeps) == 1
+
+
+def test_the_sink_depends_on_the_http_plumbing_not_on_the_connectors() -> None:
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, salvagelane.sinks.webhook\n"
+            "print(sorted(m for m in sys.modules if m.startswith('salvagelane.connectors')))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert loaded.stdout.strip() == "[]"
