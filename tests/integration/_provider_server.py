@@ -9,11 +9,12 @@ delimited by closing the connection (so a cut stream ends cleanly, mid-event).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,7 +23,8 @@ from typing import Any, Literal
 import httpx
 import pytest
 
-from salvagelane.connectors import CompletionRequest, Connector
+from salvagelane._http import HttpSettings
+from salvagelane.connectors import CompletionRequest, Connector, ConnectorSettings
 from salvagelane.errors import ProviderError
 
 PROVIDERS = Path(__file__).resolve().parents[1] / "fixtures" / "providers"
@@ -192,6 +194,27 @@ def connector_options(server: ScriptedServer, clock: FakeClock, **overrides: Any
     }
     options.update(overrides)
     return options
+
+
+HOOKS = frozenset({"clock", "sleep", "key_lookup", "url_lookup"})
+HTTP_FIELDS = frozenset(f.name for f in dataclasses.fields(HttpSettings))
+
+
+def connector_args(
+    settings_type: type[ConnectorSettings], options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """An HTTP connector's keyword arguments from flat ``options``, as the tests write
+    them: HttpSettings' fields go to ``settings.http``, the hooks (``clock``, ``sleep``,
+    ``key_lookup``, ``url_lookup``) stay keyword arguments, the rest are the fields of
+    ``settings_type``."""
+    http = {name: value for name, value in options.items() if name in HTTP_FIELDS}
+    hooks = {name: value for name, value in options.items() if name in HOOKS}
+    fields = {
+        name: value
+        for name, value in options.items()
+        if name not in HTTP_FIELDS and name not in HOOKS
+    }
+    return {"settings": settings_type(**fields, http=HttpSettings(**http)), **hooks}
 
 
 def assert_secret_kept_out(connector: Connector, calls: int) -> None:

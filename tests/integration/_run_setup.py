@@ -21,9 +21,14 @@ from typing import Any
 import httpx
 import pytest
 from _cli import FIXTURE, ROOT, salvagelane
-from _provider_server import Scripted, ScriptedServer
+from _provider_server import Scripted, ScriptedServer, connector_args
 
-from salvagelane.connectors import Connector, OpenAICompatibleConnector, ReplayConnector
+from salvagelane.connectors import (
+    Connector,
+    OpenAICompatibleConnector,
+    OpenAICompatibleSettings,
+    ReplayConnector,
+)
 from salvagelane.definitions import Instruction, load_instruction
 from salvagelane.executor import Executor
 from salvagelane.store import Store, upgrade
@@ -151,11 +156,16 @@ def openai_connector_for(
     def build(instruction: Instruction) -> Connector:
         return OpenAICompatibleConnector(
             client,
-            base_url=base_url,
-            model=instruction.connector.model,
-            api_key_env=instruction.connector.api_key_env,
-            key_lookup=lambda name: key,
-            **options,
+            **connector_args(
+                OpenAICompatibleSettings,
+                {
+                    "base_url": base_url,
+                    "model": instruction.connector.model,
+                    "api_key_env": instruction.connector.api_key_env,
+                    "key_lookup": lambda name: key,
+                    **options,
+                },
+            ),
         )
 
     return build

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,15 @@ from _provider_server import (  # the fixtures are used by name
     server,
 )
 
+from salvagelane._http import HttpSettings
 from salvagelane.connectors import (
     AnthropicConnector,
+    AnthropicSettings,
     OpenAICompatibleConnector,
+    OpenAICompatibleSettings,
     ReplayConnector,
     build_connector,
+    connector_settings,
 )
 from salvagelane.core.finish import FinishReason
 from salvagelane.definitions.model import Connector, ConnectorKind
@@ -59,8 +64,8 @@ def test_openai(server: ScriptedServer, client: httpx.Client, monkeypatch: Any) 
         deadline_seconds=42.0,
     )
     assert isinstance(connector, OpenAICompatibleConnector)
-    assert connector.settings.timeout_seconds == 12.5
-    assert connector.settings.deadline_seconds == 42.0
+    assert connector.settings.http.timeout_seconds == 12.5
+    assert connector.settings.http.deadline_seconds == 42.0
 
     server.script.append(Scripted(body=provider_json("openai-chat-completion.json")))
     completion = connector.complete(REQUEST)
@@ -90,7 +95,7 @@ def test_anthropic_streaming(
         client=client,
     )
     assert isinstance(connector, AnthropicConnector)
-    assert connector.settings.timeout_seconds == 12.5
+    assert connector.settings.http.timeout_seconds == 12.5
 
     server.script.append(
         Scripted(headers=dict(SSE_HEADERS), chunks=provider_events("anthropic-stream.sse"))
@@ -160,3 +165,51 @@ def test_replay_without_fixture_is_a_connector_error(client: httpx.Client) -> No
 
     with pytest.raises(ConnectorError, match=r"connector\.fixture"):
         build_connector(spec(ConnectorKind.REPLAY, api_key_env=None), client=client)
+
+
+def test_the_spec_makes_frozen_settings() -> None:
+    settings = connector_settings(
+        spec(ConnectorKind.OPENAI, base_url_env="LLM_URL", stream=True), deadline_seconds=42.0
+    )
+
+    assert settings == OpenAICompatibleSettings(
+        model="m-1",
+        api_key_env=KEY_ENV,
+        base_url=None,
+        base_url_env="LLM_URL",
+        structured_output=False,
+        stream=True,
+        http=HttpSettings(timeout_seconds=12.5, deadline_seconds=42.0),
+        max_tokens_field="max_tokens",
+    )
+    # No body cap is fixed: it follows each request's max_output_bytes.
+    assert settings.http.max_response_bytes is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.model = "other"  # type: ignore[misc]
+    anthropic = connector_settings(spec(ConnectorKind.ANTHROPIC))
+    assert isinstance(anthropic, AnthropicSettings)
+    assert anthropic.base_url == "https://api.anthropic.com/v1"
+    assert anthropic.anthropic_version == "2023-06-01"
+    assert anthropic.http == HttpSettings(timeout_seconds=12.5)
+
+
+def test_unusable_settings_are_a_connector_error_naming_the_connector(
+    client: httpx.Client,
+) -> None:
+    from salvagelane.errors import ConnectorError
+
+    bad = OpenAICompatibleSettings(
+        model="m",
+        api_key_env=None,
+        base_url="http://127.0.0.1:9/v1",
+        http=HttpSettings(max_attempts=0),
+    )
+    with pytest.raises(
+        ConnectorError,
+        match=r"^OpenAICompatibleConnector: max_response_bytes and max_attempts must be positive$",
+    ):
+        OpenAICompatibleConnector(client, settings=bad)
+    with pytest.raises(ConnectorError, match="expected exactly one of base_url and base_url_env"):
+        OpenAICompatibleConnector(
+            client, settings=OpenAICompatibleSettings(model="m", api_key_env=None)
+        )

@@ -23,11 +23,17 @@ from _provider_server import (  # the fixtures are used by name
     assert_secret_kept_out,
     client,
     clock,
+    connector_args,
     connector_options,
     server,
 )
 
-from salvagelane.connectors import OpenAICompatibleConnector, ReplayConnector
+from salvagelane._http import HttpSettings
+from salvagelane.connectors import (
+    OpenAICompatibleConnector,
+    OpenAICompatibleSettings,
+    ReplayConnector,
+)
 from salvagelane.core.finish import FinishReason
 from salvagelane.errors import ConnectorError, ProviderError
 
@@ -47,7 +53,9 @@ def connect(
         options = connector_options(
             server, clock, **{"model": "test-model", "structured_output": False, **overrides}
         )
-        return OpenAICompatibleConnector(client, **options)
+        return OpenAICompatibleConnector(
+            client, **connector_args(OpenAICompatibleSettings, options)
+        )
 
     return make
 
@@ -368,10 +376,9 @@ def test_connection_refused_is_retried(client: httpx.Client, clock: FakeClock) -
         base_url = closed.base_url  # bound, never served, then closed
     connector = OpenAICompatibleConnector(
         client,
-        base_url=base_url,
-        model="m",
-        api_key_env=None,
-        max_attempts=3,
+        settings=OpenAICompatibleSettings(
+            base_url=base_url, model="m", api_key_env=None, http=HttpSettings(max_attempts=3)
+        ),
         clock=clock,
         sleep=clock.sleep,
     )

@@ -19,12 +19,13 @@ from _provider_server import (  # the fixtures are used by name
     assert_secret_kept_out,
     client,
     clock,
+    connector_args,
     connector_options,
     provider_json,
     server,
 )
 
-from salvagelane.connectors import AnthropicConnector
+from salvagelane.connectors import AnthropicConnector, AnthropicSettings
 from salvagelane.core.finish import FinishReason
 from salvagelane.errors import ProviderError
 
@@ -42,7 +43,7 @@ def connect(server: ScriptedServer, client: Any, clock: FakeClock, monkeypatch: 
 
     def make(**overrides: Any) -> AnthropicConnector:
         options = connector_options(server, clock, **{"model": "claude-test", **overrides})
-        return AnthropicConnector(client, **options)
+        return AnthropicConnector(client, **connector_args(AnthropicSettings, options))
 
     return make
 

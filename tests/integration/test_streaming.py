@@ -21,6 +21,7 @@ from _provider_server import (  # the fixtures are used by name
     ScriptedServer,
     client,
     clock,
+    connector_args,
     connector_options,
     provider_events,
     provider_json,
@@ -28,7 +29,12 @@ from _provider_server import (  # the fixtures are used by name
     sse_event,
 )
 
-from salvagelane.connectors import AnthropicConnector, OpenAICompatibleConnector
+from salvagelane.connectors import (
+    AnthropicConnector,
+    AnthropicSettings,
+    OpenAICompatibleConnector,
+    OpenAICompatibleSettings,
+)
 from salvagelane.core.finish import FinishReason
 from salvagelane.errors import ProviderError
 
@@ -53,7 +59,10 @@ def _options(server: ScriptedServer, clock: FakeClock, overrides: dict[str, Any]
 def openai(server: ScriptedServer, client: Any, clock: FakeClock, monkeypatch: Any) -> Any:
     monkeypatch.setenv(KEY_ENV, SECRET)
     return lambda **overrides: OpenAICompatibleConnector(
-        client, **_options(server, clock, {"model": "gpt-test", **overrides})
+        client,
+        **connector_args(
+            OpenAICompatibleSettings, _options(server, clock, {"model": "gpt-test", **overrides})
+        ),
     )
 
 
@@ -61,7 +70,10 @@ def openai(server: ScriptedServer, client: Any, clock: FakeClock, monkeypatch: A
 def anthropic(server: ScriptedServer, client: Any, clock: FakeClock, monkeypatch: Any) -> Any:
     monkeypatch.setenv(KEY_ENV, SECRET)
     return lambda **overrides: AnthropicConnector(
-        client, **_options(server, clock, {"model": "claude-test", **overrides})
+        client,
+        **connector_args(
+            AnthropicSettings, _options(server, clock, {"model": "claude-test", **overrides})
+        ),
     )
 
 

@@ -5,10 +5,14 @@ Only the timeout test waits for real (one 0.1 s read timeout per attempt, two at
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from _provider_server import (  # the fixtures are used by name
+    HTTP_FIELDS,
     SECRET,
     FakeClock,
     Scripted,
@@ -19,7 +23,7 @@ from _provider_server import (  # the fixtures are used by name
 )
 
 from salvagelane.errors import SinkError
-from salvagelane.sinks.webhook import WebhookSink
+from salvagelane.sinks.webhook import WEBHOOK_SETTINGS, WebhookSink
 
 __all__ = ["client", "clock", "server"]
 
@@ -41,15 +45,17 @@ def sink(server: ScriptedServer, client: Any, clock: FakeClock, monkeypatch: Any
     monkeypatch.setenv(TOKEN_ENV, SECRET)
 
     def make(**overrides: Any) -> WebhookSink:
+        # HttpSettings' fields (timeout_seconds, max_attempts, ...) go to ``settings``.
+        limits: dict[str, Any] = {"timeout_seconds": 5.0}
         options: dict[str, Any] = {
             "url": f"{server.origin}/hooks/report",
             "token_env": TOKEN_ENV,
-            "timeout_seconds": 5.0,
             "clock": clock,
             "sleep": clock.sleep,
         }
-        options.update(overrides)
-        return WebhookSink(client, **options)
+        for name, value in overrides.items():
+            (limits if name in HTTP_FIELDS else options)[name] = value
+        return WebhookSink(client, settings=replace(WEBHOOK_SETTINGS, **limits), **options)
 
     return make
 
@@ -170,8 +176,28 @@ def test_connection_refused(client: Any, clock: FakeClock) -> None:
     with ScriptedServer() as closed:
         url = f"{closed.origin}/hook"  # bound, never served, then closed
     with pytest.raises(SinkError, match="connection failed") as caught:
-        WebhookSink(client, url=url, max_attempts=2, clock=clock, sleep=clock.sleep).deliver(
-            PAYLOAD
-        )
+        WebhookSink(
+            client,
+            url=url,
+            settings=replace(WEBHOOK_SETTINGS, max_attempts=2),
+            clock=clock,
+            sleep=clock.sleep,
+        ).deliver(PAYLOAD)
     assert caught.value.target == url
     assert len(clock.sleeps) == 1
+
+
+def test_the_sink_depends_on_the_http_plumbing_not_on_the_connectors() -> None:
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, salvagelane.sinks.webhook\n"
+            "print(sorted(m for m in sys.modules if m.startswith('salvagelane.connectors')))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert loaded.stdout.strip() == "[]"

@@ -16,16 +16,21 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from salvagelane._http import HttpSettings
 from salvagelane.connectors import (
     AnthropicConnector,
+    AnthropicSettings,
     Completion,
     CompletionRequest,
     Connector,
     OpenAICompatibleConnector,
+    OpenAICompatibleSettings,
 )
 from salvagelane.core.finish import FinishReason
 
 pytestmark = pytest.mark.live
+
+LIVE_LIMITS = HttpSettings(timeout_seconds=60, deadline_seconds=120)
 
 REQUEST = CompletionRequest(
     system='Answer with one JSON object of the form {"colours": [string, ...]} and nothing else.',
@@ -65,12 +70,13 @@ def test_openrouter(client: httpx.Client, stream: bool) -> None:
     _check(
         OpenAICompatibleConnector(
             client,
-            base_url="https://openrouter.ai/api/v1",
-            model=os.environ.get("SALVAGELANE_LIVE_OPENROUTER_MODEL", "openai/gpt-4.1-mini"),
-            api_key_env="OPENROUTER_API_KEY",
-            stream=stream,
-            timeout_seconds=60,
-            deadline_seconds=120,
+            settings=OpenAICompatibleSettings(
+                base_url="https://openrouter.ai/api/v1",
+                model=os.environ.get("SALVAGELANE_LIVE_OPENROUTER_MODEL", "openai/gpt-4.1-mini"),
+                api_key_env="OPENROUTER_API_KEY",
+                stream=stream,
+                http=LIVE_LIMITS,
+            ),
         )
     )
 
@@ -81,11 +87,12 @@ def test_anthropic(client: httpx.Client, stream: bool) -> None:
     completion = _check(
         AnthropicConnector(
             client,
-            model=os.environ.get("SALVAGELANE_LIVE_ANTHROPIC_MODEL", "claude-haiku-4-5"),
-            api_key_env="ANTHROPIC_API_KEY",
-            stream=stream,
-            timeout_seconds=60,
-            deadline_seconds=120,
+            settings=AnthropicSettings(
+                model=os.environ.get("SALVAGELANE_LIVE_ANTHROPIC_MODEL", "claude-haiku-4-5"),
+                api_key_env="ANTHROPIC_API_KEY",
+                stream=stream,
+                http=LIVE_LIMITS,
+            ),
         )
     )
     assert completion.usage["prompt_tokens"]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from salvagelane.connectors.sse import (
+from salvagelane._http import (
     ServerSentEvent,
     SseEventTooLarge,
     SseParser,

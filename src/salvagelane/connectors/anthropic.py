@@ -22,14 +22,13 @@ API's versioning policy asks.
 from __future__ import annotations
 
 import re
-from typing import Any, Unpack
+from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
-from salvagelane.connectors.base import Completion, CompletionRequest
-from salvagelane.connectors.http import (
-    ConnectorOptions,
-    HttpConnector,
+from salvagelane._http import (
+    ServerSentEvent,
     StreamState,
     error_in_body,
     event_object,
@@ -38,7 +37,8 @@ from salvagelane.connectors.http import (
     str_or_none,
     unexpected_body,
 )
-from salvagelane.connectors.sse import ServerSentEvent
+from salvagelane.connectors.base import Completion, CompletionRequest
+from salvagelane.connectors.http import ConnectorSettings, HttpConnector
 from salvagelane.core.finish import FinishReason, canonical_finish_reason
 from salvagelane.errors import ProviderError
 
@@ -52,32 +52,24 @@ _RETRYABLE_ERROR_TYPES = frozenset(
 )
 
 
-class AnthropicConnector(HttpConnector):
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AnthropicSettings(ConnectorSettings):
+    """An Anthropic Messages endpoint's settings: its API version besides the common
+    ones. Without ``base_url`` and ``base_url_env``, the endpoint is Anthropic's own."""
+
+    anthropic_version: str = DEFAULT_VERSION
+
+
+class AnthropicConnector(HttpConnector[AnthropicSettings]):
     """An Anthropic Messages endpoint. ``clock`` and ``sleep`` are injectable for tests."""
 
     request_id_header = "request-id"
     endpoint = "messages"
+    default_base_url = DEFAULT_BASE_URL
 
-    def __init__(
-        self,
-        client: httpx.Client,
-        *,
-        model: str,
-        api_key_env: str | None,
-        base_url: str | None = None,
-        base_url_env: str | None = None,
-        anthropic_version: str = DEFAULT_VERSION,
-        **options: Unpack[ConnectorOptions],
-    ):
-        super().__init__(
-            client,
-            base_url=DEFAULT_BASE_URL if base_url is None and base_url_env is None else base_url,
-            base_url_env=base_url_env,
-            model=model,
-            api_key_env=api_key_env,
-            **options,
-        )
-        self.anthropic_version = anthropic_version
+    @property
+    def anthropic_version(self) -> str:
+        return self.settings.anthropic_version
 
     def request_body(self, request: CompletionRequest) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -16,7 +16,7 @@ class CompletionRequest:
     ``time_limit_seconds`` caps the whole call, retries and waits included, below the
     connector's own deadline: what is left of the run's deadline. ``max_output_bytes``
     (the definition's guardrail) sets how much of the answer is read: an HTTP connector's
-    body cap follows it (see :func:`~salvagelane.connectors.http.response_cap`), and a
+    body cap follows it (see :func:`~salvagelane._http.response_cap`), and a
     stream stops once its text is longer."""
 
     system: str

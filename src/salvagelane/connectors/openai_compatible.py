@@ -2,7 +2,7 @@
 
 One POST to ``{base_url}/chat/completions`` per attempt, the key in ``Authorization:
 Bearer``. Retries, the overall deadline, the body cap and key scrubbing come from
-:mod:`salvagelane.connectors.http`. OpenRouter reports upstream failures inside an HTTP
+:mod:`salvagelane._http`. OpenRouter reports upstream failures inside an HTTP
 200 body (an ``error`` object, or ``finish_reason: "error"``); both become ProviderErrors,
 retryable when the upstream code is.
 
@@ -15,14 +15,13 @@ the last choice chunk the ``finish_reason``, an optional final chunk the ``usage
 from __future__ import annotations
 
 import re
-from typing import Any, Unpack
+from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
-from salvagelane.connectors.base import Completion, CompletionRequest
-from salvagelane.connectors.http import (
-    ConnectorOptions,
-    HttpConnector,
+from salvagelane._http import (
+    ServerSentEvent,
     StreamState,
     error_in_body,
     event_object,
@@ -32,37 +31,29 @@ from salvagelane.connectors.http import (
     str_or_none,
     unexpected_body,
 )
-from salvagelane.connectors.sse import ServerSentEvent
+from salvagelane.connectors.base import Completion, CompletionRequest
+from salvagelane.connectors.http import ConnectorSettings, HttpConnector
 from salvagelane.core.finish import FinishReason, canonical_finish_reason
 from salvagelane.errors import ProviderError
 
 
-class OpenAICompatibleConnector(HttpConnector):
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OpenAICompatibleSettings(ConnectorSettings):
+    """A chat-completions endpoint's settings; ``max_tokens_field`` names the request's
+    output budget (``max_completion_tokens`` for OpenAI's reasoning models)."""
+
+    max_tokens_field: str = "max_tokens"
+
+
+class OpenAICompatibleConnector(HttpConnector[OpenAICompatibleSettings]):
     """A chat-completions endpoint. ``clock`` and ``sleep`` are injectable for tests."""
 
     request_id_header = "x-request-id"
     endpoint = "chat/completions"
 
-    def __init__(
-        self,
-        client: httpx.Client,
-        *,
-        base_url: str | None = None,
-        base_url_env: str | None = None,
-        model: str,
-        api_key_env: str | None,
-        max_tokens_field: str = "max_tokens",
-        **options: Unpack[ConnectorOptions],
-    ):
-        super().__init__(
-            client,
-            base_url=base_url,
-            base_url_env=base_url_env,
-            model=model,
-            api_key_env=api_key_env,
-            **options,
-        )
-        self.max_tokens_field = max_tokens_field
+    @property
+    def max_tokens_field(self) -> str:
+        return self.settings.max_tokens_field
 
     def request_body(self, request: CompletionRequest) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -8,7 +8,7 @@ delivery went as a :class:`DeliveryOutcome`, never by raising, so the outbox
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -19,7 +19,7 @@ from salvagelane.logs import get_logger, scrub_text
 from salvagelane.sinks.base import Sink
 from salvagelane.sinks.callable_sink import CallableSink
 from salvagelane.sinks.json_file import JsonFileSink
-from salvagelane.sinks.webhook import WebhookSink
+from salvagelane.sinks.webhook import WEBHOOK_SETTINGS, WebhookSink
 
 __all__ = [
     "CallableSink",
@@ -68,7 +68,7 @@ def build_sinks(specs: Sequence[SinkSpec], *, client: httpx.Client) -> list[Sink
                     url=spec.url,
                     url_env=spec.url_env,
                     token_env=spec.token_env,
-                    timeout_seconds=spec.timeout_seconds,
+                    settings=replace(WEBHOOK_SETTINGS, timeout_seconds=spec.timeout_seconds),
                 )
             )
         elif spec.kind is SinkKind.CALLABLE:

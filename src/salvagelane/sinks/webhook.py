@@ -1,7 +1,7 @@
 """A sink POSTing the report as JSON to a webhook URL.
 
 Retries, the overall deadline and the capped read of an error body are the connectors'
-(:mod:`salvagelane.connectors.http`): connection errors, timeouts, 408, 409, 429 and 5xx
+(:mod:`salvagelane._http`): connection errors, timeouts, 408, 409, 429 and 5xx
 are retried with backoff (honouring ``retry-after``), other answers are not. The bearer
 token is read through ``key_lookup`` at delivery time from the variable named by
 ``token_env``, sent only in the ``Authorization`` header, and scrubbed from every message.
@@ -15,35 +15,41 @@ string, or ``$NAME`` for a URL from the environment: never a credential.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, ClassVar, Unpack
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import httpx
 
 from salvagelane import environment
-from salvagelane.connectors.http import (
-    CallOptions,
+from salvagelane._http import (
+    ERROR_BODY_BYTES,
     Deadline,
     HttpCaller,
     HttpSettings,
     http_error,
-    reject_unknown,
+    read_capped,
 )
 from salvagelane.errors import ConnectorError, ProviderError, SinkError
 from salvagelane.logs import redact_url, register_secret, register_url
+
+WEBHOOK_SETTINGS = HttpSettings(timeout_seconds=30.0, deadline_seconds=120.0)
+"""A webhook answers fast or not at all: shorter waits than a model call's. Its body is
+read only to quote an error, at most :data:`~salvagelane._http.ERROR_BODY_BYTES`."""
 
 
 def _webhook_url_from(name: str) -> str:
     return environment.url(name, "the webhook's URL")
 
 
-# An error body is read only to quote it: a small cap is plenty.
-_ERROR_BODY_BYTES = 64 * 1024
-
-
 class WebhookSink:
     """Delivers a payload with one JSON POST to ``url`` or to the URL held by the
-    variable ``url_env`` (exactly one of them); any 2xx answer is success."""
+    variable ``url_env`` (exactly one of them); any 2xx answer is success.
+
+    ``settings`` bound the delivery (default :data:`WEBHOOK_SETTINGS`); ``key_lookup``
+    reads the token (default :func:`salvagelane.environment.api_key`), ``url_lookup`` the
+    URL named by ``url_env``; ``clock`` and ``sleep`` default to real time (tests inject
+    fakes)."""
 
     kind: ClassVar[str] = "webhook"
 
@@ -54,9 +60,12 @@ class WebhookSink:
         url: str | None = None,
         url_env: str | None = None,
         token_env: str | None = None,
-        **options: Unpack[CallOptions],
+        settings: HttpSettings = WEBHOOK_SETTINGS,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        key_lookup: Callable[[str], str] = environment.api_key,
+        url_lookup: Callable[[str], str] = _webhook_url_from,
     ) -> None:
-        reject_unknown(type(self).__name__, options, CallOptions.__optional_keys__)
         if (url is None) == (url_env is None):
             raise SinkError(
                 "webhook: expected exactly one of url and url_env",
@@ -66,20 +75,14 @@ class WebhookSink:
         self.url_env = url_env
         if url is not None:
             register_url(url)
-        # A webhook answers fast or not at all: shorter waits than a model call's.
-        settings = HttpSettings.of(
-            options,
-            timeout_seconds=30.0,
-            deadline_seconds=120.0,
-            max_response_bytes=_ERROR_BODY_BYTES,
-        )
         problem = settings.problem()
         if problem is not None:
             raise SinkError(f"webhook {self.target}: {problem}", target=self.target)
         self.token_env = token_env
-        self._http = HttpCaller.of(client, settings, options)
-        self._key_lookup = options.get("key_lookup", environment.api_key)
-        self._url_lookup = options.get("url_lookup", _webhook_url_from)
+        self._http = HttpCaller(client, settings, clock=clock, sleep=sleep)
+        self._body_cap = settings.max_response_bytes or ERROR_BODY_BYTES
+        self._key_lookup = key_lookup
+        self._url_lookup = url_lookup
 
     def __repr__(self) -> str:
         return f"WebhookSink(target={self.target!r}, token_env={self.token_env!r})"
@@ -134,7 +137,7 @@ class WebhookSink:
         if response.is_success:
             return
         try:
-            raw = self._http.read_capped(response, deadline, self.target)
+            raw = read_capped(response, deadline, self.target, cap=self._body_cap)
         except ProviderError as exc:
             # Too big or too slow to quote; the status still says what went wrong.
             raw = f"(body not quoted: {exc})".encode()

@@ -1,0 +1,136 @@
+"""Which HTTP failures are worth another attempt, how long the server asked us to wait,
+and the :class:`~salvagelane.errors.ProviderError` each failure becomes.
+
+Every message is scrubbed of the caller's secret and every registered one (in the
+encodings :func:`salvagelane.logs.secret_pattern` lists) before it is put in an error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+
+from salvagelane.errors import ProviderError
+from salvagelane.logs import scrub_text
+
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+"""Retried besides every 5xx (which includes Anthropic's 529 overloaded)."""
+QUOTA_CODES = frozenset(
+    {"insufficient_quota", "quota_exceeded", "billing_hard_limit_reached", "billing_error"}
+)
+"""Error codes that mean the account is out of money: asking again cannot help."""
+PREVIEW_CHARS = 200
+
+
+def retryable_status(status: int, code: str | None = None) -> bool:
+    """Whether an HTTP status (with the provider's error code) is worth another attempt."""
+    return (status in RETRYABLE_STATUSES or status >= 500) and code not in QUOTA_CODES
+
+
+def retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or HTTP date)."""
+    value = headers.get("retry-after-ms")
+    if value is not None:
+        try:
+            ms = float(value)
+        except ValueError:
+            ms = math.nan
+        if math.isfinite(ms) and ms >= 0:
+            return ms / 1000
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError):
+            return None
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
+def scrub(text: str, secret: str | None) -> str:
+    """``text`` with ``secret`` and every registered secret, in any of the encodings a
+    server may echo them in, replaced by ``[REDACTED]``."""
+    return scrub_text(text, secret)
+
+
+def preview(text: str, secret: str | None) -> str:
+    """A short, scrubbed, quoted excerpt of a body for an error message."""
+    text = scrub(text, secret)
+    short = text[:PREVIEW_CHARS] + ("…" if len(text) > PREVIEW_CHARS else "")
+    return repr(short) if short else "(empty body)"
+
+
+def error_code(error: Mapping[str, Any]) -> str | None:
+    """The native code of an error object: ``code`` (OpenAI) or ``type`` (Anthropic)."""
+    code = error.get("code")
+    if code is None:
+        code = error.get("type")
+    return None if code is None else str(code)
+
+
+def http_error(url: str, response: httpx.Response, raw: bytes, secret: str | None) -> ProviderError:
+    """The error for a non-2xx answer, with the code and message of a JSON error object
+    (``{"error": {"code"|"type": ..., "message": ...}}``) when the body holds one."""
+    status = response.status_code
+    text = raw.decode("utf-8", errors="replace")
+    code: str | None = None
+    detail = preview(text, secret)
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict):
+        code = error_code(error)
+        if isinstance(error.get("message"), str):
+            detail = scrub(error["message"], secret)[:PREVIEW_CHARS]
+    retryable = retryable_status(status, code)
+    return ProviderError(
+        f"{url}: HTTP {status}" + (f" ({code})" if code else "") + f": {detail}",
+        status=status,
+        code=code,
+        retryable=retryable,
+        retry_after=retry_after(response.headers) if retryable else None,
+    )
+
+
+def error_in_body(
+    url: str,
+    status: int,
+    error: Any,
+    secret: str | None,
+    what: str,
+    *,
+    retryable: Callable[[str | None], bool],
+) -> ProviderError:
+    """The error for an error object found in a 2xx body or stream; ``retryable`` judges
+    its native code, as no status line says whether it is transient."""
+    code = error_code(error) if isinstance(error, dict) else None
+    message = error.get("message") if isinstance(error, dict) else error
+    detail = scrub(str(message), secret)[:PREVIEW_CHARS] if message else "no message"
+    return ProviderError(
+        f"{url}: HTTP {status}: {what}" + (f" ({code})" if code else "") + f": {detail}",
+        status=status,
+        code=code,
+        retryable=retryable(code),
+    )
+
+
+def unexpected_body(
+    url: str, status: int, data: Mapping[str, Any], secret: str | None, expected: str
+) -> ProviderError:
+    """The non-retryable error for a 2xx JSON object lacking what the provider promised."""
+    return ProviderError(
+        f"{url}: HTTP {status}: expected {expected}: {preview(json.dumps(data), secret)}",
+        status=status,
+        retryable=False,
+    )
