@@ -17,6 +17,7 @@ escapes (``\\x1b``), in a pipe and at a terminal alike.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import io
 import itertools
 import json
@@ -155,7 +156,12 @@ def test_escapes_are_visible_and_readable() -> None:
 
 def _poisoned(value: Any, draw: Callable[[], str]) -> Any:
     """``value`` with every string in it (fields, mapping keys and values, list items)
-    replaced by a drawn one: a record a hostile producer filled in wherever it could."""
+    replaced by a drawn one: a record a hostile producer filled in wherever it could.
+
+    Enum members stay: they are words of the code's vocabulary (a status, a kind), which
+    no producer can set to other text; a record holding other text cannot be built."""
+    if isinstance(value, enum.Enum):
+        return value
     if isinstance(value, str):
         return draw()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
