@@ -15,6 +15,7 @@ from salvagelane.example_project import example_files
 
 EXAMPLE = [
     "fixtures/daily-triage-truncated/complete.json",
+    "fixtures/daily-triage-truncated/definition.json",
     "fixtures/daily-triage-truncated/expected.json",
     "fixtures/daily-triage-truncated/meta.json",
     "fixtures/daily-triage-truncated/raw.txt",
@@ -48,7 +49,7 @@ def test_init_writes_the_example_from_the_checkout(tmp_path: Path) -> None:
         ROOT / "tests/fixtures/daily-triage-truncated/raw.txt"
     ).read_bytes()
     assert done.stdout.splitlines() == [
-        "wrote 10 files in demo:",
+        "wrote 11 files in demo:",
         *(f"  {path}" for path in EXAMPLE),
         "next: cd demo && salvagelane run daily-triage --replay fixtures/daily-triage-truncated",
     ]
@@ -77,7 +78,7 @@ def test_the_written_project_runs_the_quick_start(tmp_path: Path) -> None:
     assert re.search(r"^status\s+partial$", run.stdout, re.MULTILINE)
     assert re.search(r"^kept\s+7 of 8 candidates$", run.stdout, re.MULTILINE)
     assert (demo / "salvagelane.db").is_file()
-    replayed = salvagelane("replay", "fixtures", "--use-current", cwd=demo)
+    replayed = salvagelane("replay", "fixtures", cwd=demo)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "1 fixture(s): 1 same" in replayed.stdout
 
@@ -86,7 +87,7 @@ def test_init_into_the_current_directory(tmp_path: Path) -> None:
     done = _init(tmp_path)
     assert done.returncode == 0, done.stderr
     assert _files(tmp_path) == EXAMPLE
-    assert done.stdout.splitlines()[0] == f"wrote 10 files in {tmp_path.resolve()}:"
+    assert done.stdout.splitlines()[0] == f"wrote 11 files in {tmp_path.resolve()}:"
     assert done.stdout.splitlines()[-1] == (
         "next: salvagelane run daily-triage --replay fixtures/daily-triage-truncated"
     )
