@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from salvagelane.definitions import Instruction
@@ -34,10 +34,10 @@ from salvagelane.store import (
     SinkDeliveryView,
     Store,
 )
+from salvagelane.vocabulary import Clock, DeliveryStatus, utc_now
 
 log = get_logger("salvagelane.delivery")
 
-Clock = Callable[[], datetime]
 SinkFactory = Callable[[Instruction], Sequence[Sink]]
 SinksForRun = Callable[[DeliveryRun], Sequence[Sink]]
 """The sinks a run's report goes to, from the run's instruction definition. Raises a
@@ -45,10 +45,6 @@ SalvagelaneError (e.g. NotFoundError) when they cannot be had: the definition is
 
 DEFAULT_LIMIT = 50
 """Deliveries one :func:`redeliver_due` pass takes at most."""
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -108,7 +104,7 @@ class Redelivery:
 
     @property
     def ok(self) -> bool:
-        return self.skipped is None and self.delivery.status == "delivered"
+        return self.skipped is None and self.delivery.status == DeliveryStatus.DELIVERED
 
 
 # --- the run's own deliveries ----------------------------------------------------------------
@@ -136,7 +132,7 @@ def deliver_claimed(
     claimed: Iterable[tuple[ClaimedDelivery, Sink]],
     payload: Mapping[str, Any],
     *,
-    clock: Clock = _utc_now,
+    clock: Clock = utc_now,
     policy: DeliveryPolicy = DEFAULT_POLICY,
 ) -> tuple[DeliveryOutcome, ...]:
     """Send ``payload`` (a stored report) to each claimed delivery's sink, in order, and
@@ -154,7 +150,7 @@ def deliver_report(
     run_id: str,
     sinks: Sequence[Sink],
     *,
-    clock: Clock = _utc_now,
+    clock: Clock = utc_now,
     policy: DeliveryPolicy = DEFAULT_POLICY,
 ) -> tuple[DeliveryOutcome, ...]:
     """Deliver a stored run's report, as stored, to ``sinks`` (``salvagelane runs
@@ -234,7 +230,7 @@ def redeliver_open(
     store: Store,
     *,
     sinks_for_run: SinksForRun,
-    clock: Clock = _utc_now,
+    clock: Clock = utc_now,
     policy: DeliveryPolicy = DEFAULT_POLICY,
 ) -> Iterator[Redelivery]:
     """Deliver every undelivered delivery by hand, due or not, given up or not

@@ -13,14 +13,13 @@ dies while delivering leaves it due, never silently undelivered.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import hashlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from salvagelane.connectors import Completion, CompletionRequest, Connector
@@ -37,7 +36,6 @@ from salvagelane.core.attempts import (
     wants_retry,
 )
 from salvagelane.core.finish import FinishReason
-from salvagelane.core.records import Status
 from salvagelane.definitions import (
     DefinitionSnapshot,
     Instruction,
@@ -76,26 +74,17 @@ from salvagelane.store import (
     ReportItemRecord,
     ReportRecord,
     Store,
+    bound_raw,
 )
-from salvagelane.store.repository import bound_raw
 from salvagelane.store.spool import Spool, SpooledAttempt
+from salvagelane.vocabulary import Clock, ItemOrigin, ReviewStatus, RunStatus, Trigger, utc_now
 
 log = get_logger("salvagelane.executor")
 
-Clock = Callable[[], datetime]
 ConnectorFactory = Callable[[Instruction], Connector]
 SinkFactory = Callable[[Instruction], Sequence[Sink]]
 ClaimObserver = Callable[[str], None]
 """Told the run id as soon as a run has claimed its fire (``serve`` tracks runs in flight)."""
-
-
-class Trigger(enum.StrEnum):
-    """What started a run."""
-
-    MANUAL = "manual"
-    SCHEDULE = "schedule"
-    CATCH_UP = "catch_up"
-    REPLAY = "replay"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,7 +94,7 @@ class RunOutcome:
 
     run_id: str
     instruction_id: str
-    status: str
+    status: RunStatus
     kept: int
     candidates: int
     quarantined: Mapping[str, int]
@@ -139,10 +128,6 @@ class _RunState:
     claims: list[ClaimedDelivery] = field(default_factory=list)
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 class Executor:
     """Runs instructions against a store. Connectors and sinks come from factories so
     the CLI, the scheduler and tests choose them (a replay fixture, a local server)."""
@@ -153,7 +138,7 @@ class Executor:
         *,
         connector_for: ConnectorFactory,
         sinks_for: SinkFactory = lambda instruction: (),
-        clock: Clock = _utc_now,
+        clock: Clock = utc_now,
         monotonic: Callable[[], float] = time.monotonic,
         heartbeat_seconds: float = 15.0,
         on_claimed: ClaimObserver | None = None,
@@ -213,7 +198,7 @@ class Executor:
         run_id = self._store.start_run(
             instruction_id=instruction.id,
             definition_sha256=instruction.definition_sha256,
-            trigger=str(trigger),
+            trigger=trigger,
             scheduled_for=scheduled_for,
             now=started,
             retry_of=retry_of,
@@ -233,7 +218,7 @@ class Executor:
         with bound(run_id=run_id, instruction=instruction.id):
             log.info(
                 "run.started",
-                trigger=str(trigger),
+                trigger=trigger,
                 scheduled_for=None if scheduled_for is None else scheduled_for.isoformat(),
                 retry_of=retry_of,
             )
@@ -537,7 +522,7 @@ class Executor:
         # approval undoes, so the store must know of it when a review settles the status.
         counts = {**result.counts(), "envelope_issues": len(result.envelope_issues)}
         failure: str | None = None
-        if status is Status.FAILED:
+        if status is RunStatus.FAILED:
             failure = _deadline_note(instruction, state, _failure(result))
 
         quarantined: list[QuarantineRecord] = []
@@ -550,8 +535,8 @@ class Executor:
         report = ReportRecord(
             attempt_id=chosen.attempt_id,
             envelope=dict(result.envelope),
-            partial=status is Status.PARTIAL,
-            status=str(status),
+            partial=status is RunStatus.PARTIAL,
+            status=status,
             document_valid=result.document_valid,
             truncated=result.truncated,
             finish_reason=str(completion.finish_reason),
@@ -563,7 +548,7 @@ class Executor:
                     span_start=item.span.start,
                     span_end=item.span.end,
                     coercions=[c.to_json() for c in item.coercions] or None,
-                    origin="model",
+                    origin=ItemOrigin.MODEL,
                 )
                 for item in result.items
             ],
@@ -571,7 +556,7 @@ class Executor:
         finished_at = self._clock()
         state.claims = self._store.finish_run(
             state.run_id,
-            status=str(status),
+            status=status,
             finished_at=finished_at,
             error=failure,
             report=report,
@@ -586,7 +571,7 @@ class Executor:
         return RunOutcome(
             run_id=state.run_id,
             instruction_id=instruction.id,
-            status=str(status),
+            status=status,
             kept=len(result.items),
             candidates=int(counts["candidates"]),
             quarantined=dict(counts["by_reason"]),
@@ -607,7 +592,7 @@ class Executor:
         return RunOutcome(
             run_id=state.run_id,
             instruction_id=instruction.id,
-            status=str(Status.FAILED),
+            status=RunStatus.FAILED,
             kept=0,
             candidates=0,
             quarantined={},
@@ -746,12 +731,12 @@ def _deadline_note(instruction: Instruction, state: _RunState, error: str) -> st
     return f"deadline: the run's {limit:g} s deadline passed; {error}"
 
 
-def _run_status(result: SalvageResult, completion: Completion) -> Status:
-    """The salvage status, except that a broken stream is never ``ok``: the answer was
-    cut short even when what arrived happens to parse."""
-    status = result.status
-    if status is Status.OK and completion.stream_error is not None:
-        return Status.PARTIAL
+def _run_status(result: SalvageResult, completion: Completion) -> RunStatus:
+    """The salvage status (its words are run statuses), except that a broken stream is
+    never ``ok``: the answer was cut short even when what arrived happens to parse."""
+    status = RunStatus(result.status)
+    if status is RunStatus.OK and completion.stream_error is not None:
+        return RunStatus.PARTIAL
     return status
 
 
@@ -790,7 +775,7 @@ def _quarantine_records(
             sha256=item.sha256,
             repaired=item.repaired if item.has_repair else None,
             provenance=provenance,
-            review_status="superseded" if superseded else "pending",
+            review_status=ReviewStatus.SUPERSEDED if superseded else ReviewStatus.PENDING,
         )
         for item in attempt.result.quarantined
     ]

@@ -82,6 +82,7 @@ from salvagelane.errors import (
     not_utf8,
 )
 from salvagelane.logs import MIN_SECRET_LENGTH, secret_field_name
+from salvagelane.vocabulary import ItemOrigin
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is only needed to capture
     from salvagelane.definitions import DefinitionSnapshot, Instruction
@@ -698,7 +699,7 @@ def _stored_outcome(detail: RunDetail, attempt: AttemptView) -> Outcome | None:
     items = tuple(
         ItemOutcome(index=item.source_index, sha256=canonical_sha256(item.data), data=item.data)
         for item in sorted(report.items, key=lambda item: item.position)
-        if item.origin == "model" and item.source_index is not None
+        if item.origin == ItemOrigin.MODEL and item.source_index is not None
     )
     quarantined = tuple(
         QuarantineOutcome(index=record.source_index, reason=record.reason)

@@ -43,7 +43,7 @@ from salvagelane.errors import (
     DuplicateFireError,
     SalvagelaneError,
 )
-from salvagelane.executor import ConnectorFactory, Executor, SinkFactory, Trigger
+from salvagelane.executor import ConnectorFactory, Executor, SinkFactory
 from salvagelane.logs import bound, get_logger
 from salvagelane.scheduler import (
     MISSED_LIMIT,
@@ -54,6 +54,7 @@ from salvagelane.scheduler import (
     schedule_table,
 )
 from salvagelane.store import LeaderLock, Store
+from salvagelane.vocabulary import Clock, Trigger, utc_now
 
 __all__ = [
     "TARGET",
@@ -72,9 +73,8 @@ TARGET = "salvagelane.service:fire"
 """The textual job reference every scheduled job names."""
 
 Announce = Callable[[str], None]
-Clock = Callable[[], datetime]
 
-_RETRYABLE_TRIGGERS = frozenset({str(Trigger.SCHEDULE), str(Trigger.CATCH_UP)})
+_RETRYABLE_TRIGGERS = frozenset({Trigger.SCHEDULE, Trigger.CATCH_UP})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -188,7 +188,7 @@ class Fire:
 
     @property
     def name(self) -> str:
-        kind = "retry" if self.retry_of else str(self.trigger)
+        kind = "retry" if self.retry_of else self.trigger
         return f"{kind}:{self.instruction_id}:{self.scheduled_for.isoformat()}"
 
 
@@ -202,7 +202,7 @@ def fire(
     *,
     instruction_id: str,
     scheduled_for: str,
-    trigger: str = "schedule",
+    trigger: str = Trigger.SCHEDULE,
     retry_of: str | None = None,
 ) -> None:
     """The job function (named textually by :data:`TARGET`): run one fire on the
@@ -248,7 +248,7 @@ class Service:
         connector_for: ConnectorFactory,
         sinks_for: SinkFactory,
         announce: Announce = lambda line: None,
-        clock: Clock = lambda: datetime.now(UTC),
+        clock: Clock = utc_now,
     ) -> None:
         if problem := settings.problem():
             raise ConfigurationError(f"serve: {problem}")
@@ -514,7 +514,7 @@ class Service:
                 Fire(
                     instruction_id=run.instruction_id,
                     scheduled_for=run.scheduled_for,
-                    trigger=Trigger(run.trigger),
+                    trigger=run.trigger,
                     retry_of=run.id,
                 )
             )
@@ -653,7 +653,7 @@ class Service:
                 one.name,
                 instruction_id=one.instruction_id,
                 scheduled_for=one.scheduled_for.isoformat(),
-                trigger=str(one.trigger),
+                trigger=one.trigger.value,
                 retry_of=one.retry_of,
             )
 
@@ -672,7 +672,7 @@ class Service:
         with bound(instruction=instruction_id):
             fields = {
                 "scheduled_for": _iso(scheduled_for),
-                "trigger": str(trigger),
+                "trigger": trigger,
                 "retry_of": retry_of,
             }
             instruction = self._definitions.get(instruction_id)

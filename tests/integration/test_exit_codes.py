@@ -101,8 +101,9 @@ def store_run(project: Project, migrated: Path) -> None:
 
     from salvagelane.connectors import ReplayConnector
     from salvagelane.definitions import load_instruction
-    from salvagelane.executor import Executor, Trigger
+    from salvagelane.executor import Executor
     from salvagelane.sinks import build_sinks
+    from salvagelane.vocabulary import Trigger
 
     if project.backend == "sqlite":
         shutil.copyfile(migrated, project.database_file)

@@ -20,9 +20,9 @@ from structlog.testing import capture_logs
 
 from salvagelane.connectors import ReplayConnector
 from salvagelane.errors import ConfigurationError
-from salvagelane.executor import Trigger
 from salvagelane.service import Fire, ServeSettings, Service, load_definitions
 from salvagelane.store import Store, leader_lock_for, upgrade
+from salvagelane.vocabulary import Trigger
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "daily-triage-truncated"

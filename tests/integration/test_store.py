@@ -31,6 +31,7 @@ from salvagelane.store import (
 from salvagelane.store import (
     database_url as normalise_url,
 )
+from salvagelane.vocabulary import Trigger as VocabularyTrigger
 
 NOW = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 LATER = NOW + timedelta(minutes=2)
@@ -359,7 +360,9 @@ def test_statuses_outside_the_vocabulary_are_refused(store: Store) -> None:
     assert [run.id for run in store.list_runs()] == [run_id]
 
 
-def test_string_enum_members_are_accepted_and_stored_as_text(store: Store) -> None:
+def test_string_enum_members_are_accepted_and_stored_as_text(
+    store: Store, database_url: str
+) -> None:
     class Trigger(enum.StrEnum):
         CATCH_UP = "catch_up"
 
@@ -372,7 +375,13 @@ def test_string_enum_members_are_accepted_and_stored_as_text(store: Store) -> No
     )
     stored = store.get_run(run_id).trigger
     assert stored == "catch_up"
-    assert type(stored) is str
+    assert stored is VocabularyTrigger.CATCH_UP  # read back as the vocabulary's word
+    with _engine(database_url) as engine, engine.connect() as connection:
+        text = connection.execute(
+            sa.text("SELECT trigger FROM runs WHERE id = :id"), {"id": run_id}
+        ).scalar_one()
+    assert text == "catch_up"
+    assert type(text) is str
 
 
 def test_report_and_quarantine_must_name_attempts_of_the_run(store: Store) -> None:
@@ -543,7 +552,7 @@ def test_runs_are_found_by_a_unique_prefix(store: Store, monkeypatch: pytest.Mon
             "12345678-0000-4000-8000-000000000003",
         ]
     )
-    monkeypatch.setattr(repository, "_new_id", lambda: next(ids))
+    monkeypatch.setattr(repository, "new_id", lambda: next(ids))
     first, second, third = (start(store, instruction_id=name) for name in ("a", "b", "c"))
 
     assert store.get_run(third).id == third

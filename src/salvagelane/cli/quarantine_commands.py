@@ -35,7 +35,7 @@ from salvagelane.cli.run_commands import (
 from salvagelane.cli.versions import use_current_option
 from salvagelane.safe_text import block, line, one_line
 from salvagelane.tables import aligned
-from salvagelane.vocabulary import ReviewStatus
+from salvagelane.vocabulary import ItemOrigin, ReviewStatus
 
 if TYPE_CHECKING:  # imported inside the commands: `--help` must not load the store or core
     from salvagelane.core import AcceptedItem, SalvagePolicy
@@ -152,7 +152,7 @@ def quarantine_list_command(
     where = QuarantineFilter(
         instruction_id=instruction_id,
         reason=reason,
-        review_status=status,
+        review_status=None if status is None else ReviewStatus(status),
         since=since,
         limit=limit if explicit_limit or not reject_all else None,
     )
@@ -180,11 +180,11 @@ def _reject_all(
 ) -> None:
     if not note or not note.strip():
         raise click.UsageError("--reject-all needs --note TEXT: say why they are rejected")
-    if where.review_status not in (None, "pending"):
+    if where.review_status not in (None, ReviewStatus.PENDING):
         raise click.UsageError(
             f"--reject-all rejects pending items: it cannot take --status {where.review_status}"
         )
-    pending = replace(where, review_status="pending")
+    pending = replace(where, review_status=ReviewStatus.PENDING)
     with open_store(database) as store:
         if where.instruction_id is not None:
             require_known_instruction(store, where.instruction_id)
@@ -365,7 +365,7 @@ def quarantine_approve_command(
                 span_start=None,  # the operator's text, not a span of the model's output
                 span_end=None,
                 coercions=[c.to_json() for c in verdict.coercions] or None,
-                origin="operator",
+                origin=ItemOrigin.OPERATOR,
             ),
             expected_items=detail.report_items,
             actor=actor,

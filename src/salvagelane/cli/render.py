@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from salvagelane.errors import NotFoundError
 from salvagelane.safe_text import line, one_line
 from salvagelane.tables import aligned
+from salvagelane.vocabulary import OPEN_DELIVERY_STATUSES, DeliveryStatus, ItemOrigin, OutputCut
 
 if TYPE_CHECKING:  # annotations only: rendering must not pull in the store or httpx
     from salvagelane.delivery import Redelivery
@@ -43,9 +44,9 @@ def _by_reason(counts: Mapping[str, int]) -> str:
 
 
 _CUT = {
-    "truncated": "truncated",
-    "stream": "the stream broke off",
-    "envelope": "part of the envelope was damaged",
+    OutputCut.TRUNCATED: "truncated",
+    OutputCut.STREAM: "the stream broke off",
+    OutputCut.ENVELOPE: "part of the envelope was damaged",
 }
 
 
@@ -250,7 +251,7 @@ def run_detail(detail: RunDetail) -> str:
         lines.append(f"items ({len(report.items)})")
         for item in report.items:
             text = json.dumps(item.data, ensure_ascii=False, separators=(", ", ": "))
-            origin = "" if item.origin == "model" else f" [{line(item.origin)}]"
+            origin = "" if item.origin == ItemOrigin.MODEL else f" [{line(item.origin)}]"
             lines.append(f"  {item.position + 1}. {one_line(text, _ITEM_WIDTH)}{origin}")
     lines.append("")
     lines.append(
@@ -290,22 +291,22 @@ def clipped_note(attempt: AttemptView) -> str | None:
     )
 
 
-def _undelivered(sink_status: str | None) -> str:
+def _undelivered(sink_status: DeliveryStatus | None) -> str:
     """The ``runs list`` marker of a report some sink has not received (yet)."""
-    return f" (sink {sink_status})" if sink_status in ("pending", "failed") else ""
+    return f" (sink {sink_status})" if sink_status in OPEN_DELIVERY_STATUSES else ""
 
 
 def _delivery_state(delivery: SinkDeliveryView) -> str:
     """A delivery's status, tries and when it is tried next, e.g. ``failed on attempt
     2 at 2026-11-21 09:00:00, next attempt 2026-11-21 09:02:00``."""
     tries = f"attempt {delivery.attempts}"
-    if delivery.status == "pending":
+    if delivery.status == DeliveryStatus.PENDING:
         # A pending delivery is being tried, or its process stopped: the lease says when
         # another process takes it over.
         state = f"pending since {when(delivery.attempted_at)} ({tries})"
     else:
         state = f"{line(delivery.status)} on {tries} at {when(delivery.attempted_at)}"
-    if delivery.status != "delivered":
+    if delivery.status != DeliveryStatus.DELIVERED:
         state += (
             f", next attempt {when(delivery.next_attempt_at)}"
             if delivery.next_attempt_at is not None
@@ -325,7 +326,7 @@ def redelivery_line(result: Redelivery) -> str:
     delivery = result.delivery
     if result.skipped is not None:
         state = f"not tried: {one_line(result.skipped, 200)}"
-    elif delivery.status == "delivered":
+    elif delivery.status == DeliveryStatus.DELIVERED:
         state = f"delivered on attempt {delivery.attempts}"
     else:
         state = f"{line(delivery.status)} on attempt {delivery.attempts}"

@@ -17,6 +17,7 @@ from salvagelane.cli.app import EXIT_INVALID
 from salvagelane.cli.versions import use_current_option
 from salvagelane.errors import NotFoundError, SalvagelaneError
 from salvagelane.safe_text import block, line
+from salvagelane.vocabulary import RunStatus, Trigger
 
 if TYPE_CHECKING:  # imported lazily at run time: `salvage` and `check` never need them
     import httpx
@@ -197,7 +198,7 @@ def run_command(
 
     from salvagelane.connectors import ReplayConnector, build_connector
     from salvagelane.errors import DuplicateFireError
-    from salvagelane.executor import Executor, Trigger
+    from salvagelane.executor import Executor
     from salvagelane.sinks import build_sinks
 
     if force and scheduled_for is None:
@@ -263,7 +264,7 @@ def run_command(
         click.echo(json.dumps(document, indent=2, ensure_ascii=False))
     else:
         click.echo(render.run_outcome(stored, location, outcome.deliveries))
-    if stored.status == "failed":
+    if stored.status == RunStatus.FAILED:
         raise click.exceptions.Exit(EXIT_INVALID)
 
 
@@ -394,7 +395,7 @@ def runs_show_command(
             return
         # The stored bytes themselves, whatever the terminal's encoding: a clipped output
         # may end inside a character, and a model's bytes need not be UTF-8 at all.
-        from salvagelane.store.repository import encode_raw
+        from salvagelane.store import encode_raw
 
         sys.stdout.flush()
         sys.stdout.buffer.write(encode_raw(text))

@@ -6,6 +6,7 @@ Open a :class:`Store`; it hands back the dataclasses of :mod:`salvagelane.store.
 
 from __future__ import annotations
 
+from salvagelane.store._rows import bound_raw, decode_raw, encode_raw
 from salvagelane.store.deliveries import DeliveryOutbox
 from salvagelane.store.engine import (
     current_revision,
@@ -16,6 +17,7 @@ from salvagelane.store.engine import (
     masked_url,
     upgrade,
 )
+from salvagelane.store.fires import FireLedger
 from salvagelane.store.leadership import (
     SCHEDULER_LOCK_KEY,
     LeaderLock,
@@ -29,11 +31,7 @@ from salvagelane.store.records import (
     ClaimedDelivery,
     DefinitionRecord,
     DeliveryRun,
-    DeliveryStatus,
-    FailureStatus,
-    FinalRunStatus,
     InputDigest,
-    ItemOrigin,
     OpenDelivery,
     PendingDelivery,
     QuarantineDetail,
@@ -45,18 +43,26 @@ from salvagelane.store.records import (
     ReportItemView,
     ReportRecord,
     ReportView,
-    ReviewAction,
-    ReviewStatus,
     RunDetail,
-    RunStatus,
     RunSummary,
     SinkDeliveryView,
-    Trigger,
 )
 from salvagelane.store.repository import Store
 from salvagelane.store.review import QuarantineLane
+from salvagelane.vocabulary import (
+    FAILURE_STATUSES,
+    FINAL_RUN_STATUSES,
+    DeliveryStatus,
+    ItemOrigin,
+    ReviewAction,
+    ReviewStatus,
+    RunStatus,
+    Trigger,
+)
 
 __all__ = [
+    "FAILURE_STATUSES",
+    "FINAL_RUN_STATUSES",
     "SCHEDULER_LOCK_KEY",
     "ApprovalView",
     "AttemptView",
@@ -65,8 +71,7 @@ __all__ = [
     "DeliveryOutbox",
     "DeliveryRun",
     "DeliveryStatus",
-    "FailureStatus",
-    "FinalRunStatus",
+    "FireLedger",
     "InputDigest",
     "ItemOrigin",
     "LeaderLock",
@@ -92,9 +97,12 @@ __all__ = [
     "SqliteServeLock",
     "Store",
     "Trigger",
+    "bound_raw",
     "current_revision",
     "database_url",
+    "decode_raw",
     "downgrade",
+    "encode_raw",
     "head_revision",
     "leader_lock_for",
     "make_engine",

@@ -17,14 +17,14 @@ policy: the caller says when a lease ends and when a failed delivery is due agai
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, aliased
 
 from salvagelane.errors import NotFoundError
+from salvagelane.store._rows import Transactions, deliveries_of, get_run, view
 from salvagelane.store.models import Report, Run, SinkDelivery
 from salvagelane.store.records import (
     ClaimedDelivery,
@@ -33,12 +33,7 @@ from salvagelane.store.records import (
     PendingDelivery,
     SinkDeliveryView,
 )
-from salvagelane.store.repository import _enqueue, _get_run, _refresh_sink_status, _view
-
-Transactions = Callable[[str], AbstractContextManager[Session]]
-
-PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
-OPEN_STATUSES = (PENDING, FAILED)
+from salvagelane.vocabulary import OPEN_DELIVERY_STATUSES, DeliveryStatus
 
 
 class DeliveryOutbox:
@@ -56,20 +51,20 @@ class DeliveryOutbox:
         stmt = (
             sa.select(SinkDelivery, Run)
             .join(Run, Run.id == SinkDelivery.run_id)
-            .where(SinkDelivery.status.in_(OPEN_STATUSES), _is_latest())
+            .where(SinkDelivery.status.in_(OPEN_DELIVERY_STATUSES), _is_latest())
             .order_by(Run.created_at, Run.id, SinkDelivery.id)
             .limit(limit)
         )
         with self._transaction("list undelivered reports") as session:
             return [
-                OpenDelivery(delivery=_view(SinkDeliveryView, row), run=_run_of(run))
+                OpenDelivery(delivery=view(SinkDeliveryView, row), run=_run_of(run))
                 for row, run in session.execute(stmt).tuples()
             ]
 
     def get(self, delivery_id: int) -> SinkDeliveryView:
         """One delivery as stored; NotFoundError for an unknown id."""
         with self._transaction(f"read sink delivery {delivery_id}") as session:
-            return _view(SinkDeliveryView, self._row(session, delivery_id))
+            return view(SinkDeliveryView, self._row(session, delivery_id))
 
     # --- claims -----------------------------------------------------------------------------
 
@@ -86,7 +81,7 @@ class DeliveryOutbox:
         stmt = (
             sa.select(SinkDelivery)
             .where(
-                SinkDelivery.status.in_(OPEN_STATUSES),
+                SinkDelivery.status.in_(OPEN_DELIVERY_STATUSES),
                 SinkDelivery.next_attempt_at <= now,
                 SinkDelivery.attempts < max_attempts,
                 _is_latest(),
@@ -112,7 +107,7 @@ class DeliveryOutbox:
         stmt = (
             sa.select(SinkDelivery.id, SinkDelivery.run_id, SinkDelivery.attempts)
             .where(
-                SinkDelivery.status.in_(OPEN_STATUSES),
+                SinkDelivery.status.in_(OPEN_DELIVERY_STATUSES),
                 SinkDelivery.next_attempt_at <= now,
                 SinkDelivery.attempts >= max_attempts,
             )
@@ -128,14 +123,14 @@ class DeliveryOutbox:
                 f"given up after {attempts} tries"
             )
             with self._transaction(f"give up sink delivery {delivery_id}") as session:
-                run = _get_run(session, run_id, for_update=True)
+                run = get_run(session, run_id, for_update=True)
                 due = (SinkDelivery.next_attempt_at <= now,)
                 changed = _update(
                     session,
                     delivery_id,
                     expect_attempts=attempts,
-                    extra=(SinkDelivery.status == PENDING, *due),
-                    status=FAILED,
+                    extra=(SinkDelivery.status == DeliveryStatus.PENDING, *due),
+                    status=DeliveryStatus.FAILED,
                     error=cut_off,
                     attempted_at=now,
                     next_attempt_at=None,
@@ -143,12 +138,12 @@ class DeliveryOutbox:
                     session,
                     delivery_id,
                     expect_attempts=attempts,
-                    extra=(SinkDelivery.status == FAILED, *due),
+                    extra=(SinkDelivery.status == DeliveryStatus.FAILED, *due),
                     next_attempt_at=None,
                 )
                 if changed:
-                    _refresh_sink_status(session, run)
-                    given_up.append(_view(SinkDeliveryView, self._row(session, delivery_id)))
+                    refresh_sink_status(session, run)
+                    given_up.append(view(SinkDeliveryView, self._row(session, delivery_id)))
         return given_up
 
     def claim(
@@ -162,7 +157,7 @@ class DeliveryOutbox:
                 session,
                 delivery_id,
                 expect_attempts=attempts,
-                extra=(SinkDelivery.status.in_(OPEN_STATUSES),),
+                extra=(SinkDelivery.status.in_(OPEN_DELIVERY_STATUSES),),
                 attempts=attempts + 1,
                 attempted_at=now,
                 next_attempt_at=lease_until,
@@ -187,7 +182,7 @@ class DeliveryOutbox:
         ``also``: other targets the same sink's deliveries may be recorded under (its
         path template, by versions that did not fill it in)."""
         with self._transaction(f"claim a sink delivery of run {run_id}") as session:
-            run = _get_run(session, run_id, for_update=True)
+            run = get_run(session, run_id, for_update=True)
             if session.scalars(sa.select(Report.id).where(Report.run_id == run_id)).first() is None:
                 raise NotFoundError(
                     f"{self._url}: run {run_id} has no report to deliver (it is {run.status})"
@@ -203,12 +198,12 @@ class DeliveryOutbox:
                 .limit(1)
                 .with_for_update()
             ).first()
-            if latest is not None and latest.status in OPEN_STATUSES:
+            if latest is not None and latest.status in OPEN_DELIVERY_STATUSES:
                 _lease(latest, now=now, lease_until=lease_until)
                 session.flush()
                 return _claims(session, [latest])[0]
             pending = PendingDelivery(kind=kind, target=target, next_attempt_at=lease_until)
-            return _enqueue(session, run, [pending], at=now)[0]
+            return enqueue(session, run, [pending], at=now)[0]
 
     # --- results ----------------------------------------------------------------------------
 
@@ -225,21 +220,21 @@ class DeliveryOutbox:
         ``sink_status``. None, and nothing written, when another process has claimed the
         delivery since (this claim's lease ran out): the newer try's result stands."""
         with self._transaction(f"record sink delivery {claim.id}") as session:
-            run = _get_run(session, claim.run.id, for_update=True)
+            run = get_run(session, claim.run.id, for_update=True)
             changed = _update(
                 session,
                 claim.id,
                 expect_attempts=claim.attempts,
                 extra=(SinkDelivery.run_id == claim.run.id,),
-                status=DELIVERED if error is None else FAILED,
+                status=DeliveryStatus.DELIVERED if error is None else DeliveryStatus.FAILED,
                 error=error,
                 attempted_at=now,
                 next_attempt_at=None if error is None else retry_at,
             )
             if not changed:
                 return None
-            _refresh_sink_status(session, run)
-            return _view(SinkDeliveryView, self._row(session, claim.id))
+            refresh_sink_status(session, run)
+            return view(SinkDeliveryView, self._row(session, claim.id))
 
     def _row(self, session: Session, delivery_id: int) -> SinkDelivery:
         row = session.get(SinkDelivery, delivery_id, populate_existing=True)
@@ -249,6 +244,55 @@ class DeliveryOutbox:
 
 
 # --- helpers ------------------------------------------------------------------------------------
+
+
+def enqueue(
+    session: Session, run: Run, deliveries: Sequence[PendingDelivery], *, at: datetime
+) -> list[ClaimedDelivery]:
+    """Write ``deliveries`` of ``run`` as ``pending``, their first try leased to the caller."""
+    rows = [
+        SinkDelivery(
+            run_id=run.id,
+            kind=delivery.kind,
+            target=delivery.target,
+            status=DeliveryStatus.PENDING,
+            error=None,
+            attempted_at=at,
+            attempts=1,
+            next_attempt_at=delivery.next_attempt_at,
+        )
+        for delivery in deliveries
+    ]
+    if not rows:
+        return []
+    session.add_all(rows)
+    session.flush()
+    refresh_sink_status(session, run)
+    owner = _run_of(run)
+    return [
+        ClaimedDelivery(id=row.id, run=owner, kind=row.kind, target=row.target, attempts=1)
+        for row in rows
+    ]
+
+
+def refresh_sink_status(session: Session, run: Run) -> None:
+    """Set ``run.sink_status`` from the latest delivery to each sink: ``pending`` while
+    any is pending, else ``failed`` if any failed, else ``delivered`` (None: no delivery).
+    A later delivery to a sink replaces an earlier one, so a retry that worked clears
+    the failure. The caller holds the run's row lock, so concurrent results for two
+    sinks of one run cannot each miss the other's."""
+    latest: dict[tuple[str, str], DeliveryStatus] = {}
+    for row in deliveries_of(session, run.id):
+        latest[(row.kind, row.target)] = row.status
+    statuses = set(latest.values())
+    if not statuses:
+        run.sink_status = None
+    elif DeliveryStatus.PENDING in statuses:
+        run.sink_status = DeliveryStatus.PENDING
+    elif DeliveryStatus.FAILED in statuses:
+        run.sink_status = DeliveryStatus.FAILED
+    else:
+        run.sink_status = DeliveryStatus.DELIVERED
 
 
 def _is_latest() -> sa.ColumnElement[bool]:

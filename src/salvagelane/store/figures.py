@@ -37,11 +37,11 @@ from sqlalchemy.orm import Session
 
 from salvagelane.core.records import Reason
 from salvagelane.store.models import Attempt, QuarantinedItem, Report, ReportItem, Run
+from salvagelane.vocabulary import ItemOrigin, OutputCut, ReviewStatus, RunStatus
 
-HELD_BACK = ("pending", "rejected")
+HELD_BACK = (ReviewStatus.PENDING, ReviewStatus.REJECTED)
 """Review states of a quarantined item of the chosen attempt that keep it out of the report."""
 
-CUT_TRUNCATED, CUT_STREAM, CUT_ENVELOPE = "truncated", "stream", "envelope"
 _REASON_ORDER = {reason.value: position for position, reason in enumerate(Reason)}
 
 
@@ -49,7 +49,7 @@ _REASON_ORDER = {reason.value: position for position, reason in enumerate(Reason
 class RunFigures:
     """A run's figures, as every view shows them (see the module docstring)."""
 
-    status: str
+    status: RunStatus
     partial: bool
     kept: int
     operator_approved: int
@@ -58,7 +58,7 @@ class RunFigures:
     candidates: int
     finish_reason: str | None
     native_finish_reason: str | None
-    output_cut: tuple[str, ...]
+    output_cut: tuple[OutputCut, ...]
 
 
 def figures_of(session: Session, runs: Sequence[Run]) -> dict[str, RunFigures]:
@@ -80,7 +80,7 @@ def figures_of(session: Session, runs: Sequence[Run]) -> dict[str, RunFigures]:
             ).where(Report.run_id.in_(ids))
         )
     }
-    kept: dict[tuple[str, str], int] = {
+    kept: dict[tuple[str, ItemOrigin], int] = {
         (report_id, origin): count
         for report_id, origin, count in session.execute(
             sa.select(ReportItem.report_id, ReportItem.origin, sa.func.count(ReportItem.id))
@@ -91,7 +91,7 @@ def figures_of(session: Session, runs: Sequence[Run]) -> dict[str, RunFigures]:
     }
     # Every quarantined item of each report's attempt, by reason, review state and whether
     # it stood for a candidate (an index) or for the whole output.
-    chosen: dict[str, list[tuple[str, str, bool, int]]] = {}
+    chosen: dict[str, list[tuple[str, ReviewStatus, bool, int]]] = {}
     for run_id, reason, review, indexed, count in session.execute(
         sa.select(
             QuarantinedItem.run_id,
@@ -145,7 +145,7 @@ def figures_of(session: Session, runs: Sequence[Run]) -> dict[str, RunFigures]:
             )
             continue
         call = next((a for a in calls if a.id == report.attempt_id), None)
-        by_model = kept.get((report.id, "model"), 0)
+        by_model = kept.get((report.id, ItemOrigin.MODEL), 0)
         kept_total = sum(n for (report_id, _), n in kept.items() if report_id == report.id)
         rows = chosen.get(run.id, [])
         held: dict[str, int] = {}
@@ -160,14 +160,20 @@ def figures_of(session: Session, runs: Sequence[Run]) -> dict[str, RunFigures]:
             truncated=report.truncated,
             stream_error=None if call is None else call.stream_error,
             envelope_issues=stored.get("envelope_issues"),
-            legacy_partial=report.status == "partial" and not rows,
+            legacy_partial=report.status == RunStatus.PARTIAL and not rows,
         )
         quarantined = sum(held.values())
         # A report without an item keeps the status it ended with (approvals add items).
-        status = run.status if kept_total == 0 else "partial" if quarantined or cut else "ok"
+        status = (
+            run.status
+            if kept_total == 0
+            else RunStatus.PARTIAL
+            if quarantined or cut
+            else RunStatus.OK
+        )
         figures[run.id] = RunFigures(
             status=status,
-            partial=status == "partial",
+            partial=status == RunStatus.PARTIAL,
             kept=kept_total,
             operator_approved=kept_total - by_model,
             quarantined=quarantined,
@@ -184,19 +190,19 @@ def figures_of(session: Session, runs: Sequence[Run]) -> dict[str, RunFigures]:
 
 def _output_cut(
     *, truncated: bool, stream_error: str | None, envelope_issues: Any, legacy_partial: bool
-) -> tuple[str, ...]:
+) -> tuple[OutputCut, ...]:
     cut = []
     if truncated:
-        cut.append(CUT_TRUNCATED)
+        cut.append(OutputCut.TRUNCATED)
     if stream_error is not None:
-        cut.append(CUT_STREAM)
+        cut.append(OutputCut.STREAM)
     if isinstance(envelope_issues, int) and not isinstance(envelope_issues, bool):
         if envelope_issues > 0:
-            cut.append(CUT_ENVELOPE)
+            cut.append(OutputCut.ENVELOPE)
     elif legacy_partial and not cut:
         # A report stored before envelope issues were counted: partial with nothing
         # quarantined, not truncated and an intact stream was partial for its envelope.
-        cut.append(CUT_ENVELOPE)
+        cut.append(OutputCut.ENVELOPE)
     return tuple(cut)
 
 

@@ -1,6 +1,6 @@
 """The ORM tables of the store, and the column types that make them portable.
 
-Only the repository touches these classes: it turns rows into the dataclasses of
+Only the store's modules touch these classes: they turn rows into the dataclasses of
 :mod:`salvagelane.store.records` before a session closes, so no caller ever holds an
 ORM object or a session.
 """
@@ -11,7 +11,8 @@ import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Boolean,
@@ -31,6 +32,15 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.sql.expression import false
 from sqlalchemy.types import TypeDecorator
 
+from salvagelane.vocabulary import (
+    DeliveryStatus,
+    ItemOrigin,
+    ReviewAction,
+    ReviewStatus,
+    RunStatus,
+    Trigger,
+)
+
 # Explicit constraint names, so the migration and the models agree on every backend and
 # a later migration can drop a constraint by name.
 NAMING_CONVENTION = {
@@ -48,6 +58,8 @@ NUL_STANDIN = "\u2400"
 """SYMBOL FOR NULL: what a NUL character in model text becomes in a plain text column."""
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
+
+W = TypeVar("W", bound=StrEnum)
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -142,6 +154,29 @@ class SafeText(TypeDecorator[str]):
         return value
 
 
+class Word(TypeDecorator[W]):
+    """A word of one of the :mod:`salvagelane.vocabulary` StrEnums, stored as its text.
+
+    The column stays plain text (the values are the ones stored before the enums were);
+    what goes in must be one of the words (a member or its string), and what comes out is
+    the member, so every record read holds the enum.
+    """
+
+    impl = Text
+    cache_ok = True
+
+    def __init__(self, words: type[W]) -> None:
+        super().__init__()
+        self.words = words  # named as the argument: SQLAlchemy's cache key reads it
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        # The plain string: a driver must not see an Enum (psycopg would dump its name).
+        return None if value is None else self.words(value).value
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> W | None:
+        return None if value is None else self.words(value)
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
@@ -168,11 +203,11 @@ class Run(Base):
     # The stored version of the definition the run used (definition_versions.sha256);
     # None for runs stored before migration 0006 and for missed fires.
     definition_version: Mapped[str | None] = mapped_column(String(64))
-    trigger: Mapped[str] = mapped_column(Text)
+    trigger: Mapped[Trigger] = mapped_column(Word(Trigger))
     scheduled_for: Mapped[datetime | None] = mapped_column(UTCDateTime)
     fire_attempt: Mapped[int] = mapped_column(Integer, server_default="1")
     retry_of: Mapped[str | None] = mapped_column(String(36))
-    status: Mapped[str] = mapped_column(Text)
+    status: Mapped[RunStatus] = mapped_column(Word(RunStatus))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -183,7 +218,7 @@ class Run(Base):
     best_attempt_id: Mapped[str | None] = mapped_column(
         String(36), ForeignKey("attempts.id", use_alter=True)
     )
-    sink_status: Mapped[str | None] = mapped_column(Text)
+    sink_status: Mapped[DeliveryStatus | None] = mapped_column(Word(DeliveryStatus))
     # ``run --scheduled-for T --force``: T is not a fire time of the schedule.
     forced: Mapped[bool] = mapped_column(Boolean, server_default=false())
 
@@ -256,7 +291,7 @@ class Report(Base):
     attempt_id: Mapped[str] = mapped_column(String(36), ForeignKey("attempts.id"))
     envelope: Mapped[Any] = mapped_column(JSONText, nullable=True)
     partial: Mapped[bool] = mapped_column(Boolean)
-    status: Mapped[str] = mapped_column(Text)
+    status: Mapped[RunStatus] = mapped_column(Word(RunStatus))
     document_valid: Mapped[bool] = mapped_column(Boolean)
     truncated: Mapped[bool] = mapped_column(Boolean)
     finish_reason: Mapped[str | None] = mapped_column(Text)
@@ -278,7 +313,7 @@ class ReportItem(Base):
     span_start: Mapped[int | None] = mapped_column(Integer)
     span_end: Mapped[int | None] = mapped_column(Integer)
     coercions: Mapped[Any] = mapped_column(JSONText, nullable=True)
-    origin: Mapped[str] = mapped_column(Text)
+    origin: Mapped[ItemOrigin] = mapped_column(Word(ItemOrigin))
 
 
 class QuarantinedItem(Base):
@@ -306,7 +341,7 @@ class QuarantinedItem(Base):
     sha256: Mapped[str | None] = mapped_column(Text)
     repaired: Mapped[Any] = mapped_column(JSONText, nullable=True)
     provenance: Mapped[Any] = mapped_column(JSONText)
-    review_status: Mapped[str] = mapped_column(Text)
+    review_status: Mapped[ReviewStatus] = mapped_column(Word(ReviewStatus))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     # The last review decision (approve or reject); the full trail is quarantine_reviews.
     reviewed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -327,7 +362,7 @@ class QuarantineReview(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     quarantine_id: Mapped[int] = mapped_column(Integer, ForeignKey("quarantined_items.id"))
-    action: Mapped[str] = mapped_column(Text)
+    action: Mapped[ReviewAction] = mapped_column(Word(ReviewAction))
     actor: Mapped[str] = mapped_column(SafeText)
     at: Mapped[datetime] = mapped_column(UTCDateTime)
     note: Mapped[str | None] = mapped_column(SafeText)
@@ -350,7 +385,7 @@ class SinkDelivery(Base):
     run_id: Mapped[str] = mapped_column(String(36), ForeignKey("runs.id"))
     target: Mapped[str] = mapped_column(Text)
     kind: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(Text)
+    status: Mapped[DeliveryStatus] = mapped_column(Word(DeliveryStatus))
     error: Mapped[str | None] = mapped_column(SafeText)
     attempted_at: Mapped[datetime] = mapped_column(UTCDateTime)
     attempts: Mapped[int] = mapped_column(Integer, server_default="1")

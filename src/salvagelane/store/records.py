@@ -10,26 +10,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING
 
-JSONValue = Any
-"""A JSON-serialisable value (dict, list, str, int, float, bool, None)."""
+from salvagelane.vocabulary import (
+    DeliveryStatus,
+    ItemOrigin,
+    OutputCut,
+    ReviewAction,
+    ReviewStatus,
+    RunStatus,
+    Trigger,
+)
 
-Trigger = Literal["manual", "schedule", "catch_up", "replay"]
-RunStatus = Literal["running", "ok", "partial", "failed", "interrupted", "missed"]
-"""``missed``: a scheduled fire that was never run (no node was up, or it was too late to
-catch up); its row has trigger ``schedule``, ``finished_at`` and an ``error`` saying when
-it should have fired and why it was not run."""
-FinalRunStatus = Literal["ok", "partial", "failed", "interrupted"]
-FailureStatus = Literal["failed", "interrupted"]
-DeliveryStatus = Literal["pending", "delivered", "failed"]
-"""``pending``: written with the report, not delivered yet (a try may be under way);
-``failed``: the latest try failed (``next_attempt_at`` says when the next is due, None
-when it was given up)."""
-ItemOrigin = Literal["model", "operator"]
-ReviewStatus = Literal["pending", "approved", "rejected", "superseded"]
-"""``superseded``: a reject of an attempt that was not chosen for the report; never reviewed."""
-ReviewAction = Literal["approve", "approve_refused", "reject", "note", "bulk_reject"]
+if TYPE_CHECKING:
+    from salvagelane.core.records import JSONValue
 
 # --- written by callers ---------------------------------------------------------------------
 
@@ -43,7 +37,7 @@ class ReportItemRecord:
     span_start: int | None
     span_end: int | None
     coercions: Sequence[JSONValue] | None = None
-    origin: ItemOrigin = "model"
+    origin: ItemOrigin = ItemOrigin.MODEL
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -53,7 +47,7 @@ class ReportRecord:
     attempt_id: str
     envelope: JSONValue
     partial: bool
-    status: str
+    status: RunStatus
     document_valid: bool
     truncated: bool
     finish_reason: str | None
@@ -65,8 +59,8 @@ class ReportRecord:
 class QuarantineRecord:
     """A rejected candidate of one attempt.
 
-    ``review_status`` is ``"pending"`` for the chosen attempt's items and
-    ``"superseded"`` for those of attempts that were not chosen.
+    ``review_status`` is ``pending`` for the chosen attempt's items and ``superseded``
+    for those of attempts that were not chosen.
     """
 
     attempt_id: str
@@ -80,7 +74,7 @@ class QuarantineRecord:
     sha256: str | None
     repaired: JSONValue
     provenance: Mapping[str, JSONValue]
-    review_status: str = "pending"
+    review_status: ReviewStatus = ReviewStatus.PENDING
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,22 +106,22 @@ class RunSummary:
 
     id: str
     instruction_id: str
-    trigger: str
+    trigger: Trigger
     scheduled_for: datetime | None
     fire_attempt: int
     retry_of: str | None
-    status: str
+    status: RunStatus
     created_at: datetime
     finished_at: datetime | None
     kept_count: int
     quarantined_count: int
     finish_reason: str | None
-    sink_status: str | None
+    sink_status: DeliveryStatus | None
     partial: bool
     candidates: int
     operator_approved: int
     quarantined_by_reason: Mapping[str, int]
-    output_cut: tuple[str, ...]
+    output_cut: tuple[OutputCut, ...]
     native_finish_reason: str | None
     forced: bool = False
 
@@ -179,7 +173,7 @@ class ReportItemView:
     span_start: int | None
     span_end: int | None
     coercions: list[JSONValue] | None
-    origin: str
+    origin: ItemOrigin
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -188,7 +182,7 @@ class ReportView:
     attempt_id: str
     envelope: JSONValue
     partial: bool
-    status: str
+    status: RunStatus
     document_valid: bool
     truncated: bool
     finish_reason: str | None
@@ -215,7 +209,7 @@ class QuarantineView:
     sha256: str | None
     repaired: JSONValue
     provenance: Mapping[str, JSONValue]
-    review_status: str
+    review_status: ReviewStatus
     created_at: datetime
     reviewed_at: datetime | None
     reviewed_by: str | None
@@ -232,7 +226,7 @@ class QuarantineFilter:
 
     instruction_id: str | None = None
     reason: str | None = None
-    review_status: str | None = None
+    review_status: ReviewStatus | None = None
     since: datetime | None = None
     limit: int | None = None
 
@@ -244,7 +238,7 @@ class QuarantineReviewView:
 
     id: int
     quarantine_id: int
-    action: str
+    action: ReviewAction
     actor: str
     at: datetime
     note: str | None
@@ -263,7 +257,7 @@ class QuarantineDetail(QuarantineView):
     (None: the run has no report); ``reviews`` is the audit trail, oldest first.
     """
 
-    run_status: str
+    run_status: RunStatus
     raw_before: str | None
     raw_span: str | None
     raw_after: str | None
@@ -286,7 +280,7 @@ class ApprovalView:
     items: int
     counts: Mapping[str, JSONValue]
     partial: bool
-    status: str
+    status: RunStatus
     run: RunSummary
 
 
@@ -346,7 +340,7 @@ class SinkDeliveryView:
     run_id: str
     target: str
     kind: str
-    status: str
+    status: DeliveryStatus
     error: str | None
     attempted_at: datetime
     attempts: int

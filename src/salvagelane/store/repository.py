@@ -7,21 +7,36 @@ once; an unknown id is a NotFoundError.
 
 from __future__ import annotations
 
-import hashlib
-import uuid
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar, get_args
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from salvagelane.errors import DuplicateFireError, NotFoundError, OutdatedDatabaseError, StoreError
+from salvagelane.errors import NotFoundError, OutdatedDatabaseError, StoreError
+from salvagelane.store._rows import (
+    attempt_view,
+    bound_raw,
+    close_run,
+    deliveries_of,
+    get_run,
+    insert_definition,
+    interrupt,
+    last_sign_of_life,
+    new_id,
+    report_view,
+    running_run,
+    summaries,
+    summary,
+    values,
+    view,
+)
+from salvagelane.store.deliveries import DeliveryOutbox, enqueue
 from salvagelane.store.engine import (
     connect,
     database_url,
@@ -32,95 +47,33 @@ from salvagelane.store.engine import (
     store_errors,
     upgrade_connection,
 )
-from salvagelane.store.figures import RunFigures, figures_of, report_counts
+from salvagelane.store.figures import figures_of
+from salvagelane.store.fires import FireLedger
 from salvagelane.store.models import (
-    FIRE_CONSTRAINT,
     Attempt,
     DefinitionVersion,
     QuarantinedItem,
     Report,
     ReportItem,
     Run,
-    ScheduleState,
-    SinkDelivery,
 )
 from salvagelane.store.records import (
-    AttemptView,
     ClaimedDelivery,
     DefinitionRecord,
-    DeliveryRun,
-    FailureStatus,
-    FinalRunStatus,
     PendingDelivery,
     QuarantineRecord,
     QuarantineView,
-    ReportItemView,
     ReportRecord,
-    ReportView,
     RunDetail,
     RunSummary,
     SinkDeliveryView,
-    Trigger,
 )
+from salvagelane.store.review import QuarantineLane
 from salvagelane.store.spool import Imported, SpooledAttempt
-from salvagelane.vocabulary import ReviewStatus
-
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-    from salvagelane.store.deliveries import DeliveryOutbox
-    from salvagelane.store.review import QuarantineLane
-
-V = TypeVar("V", bound="DataclassInstance")
+from salvagelane.vocabulary import FAILURE_STATUSES, FINAL_RUN_STATUSES, RunStatus, Trigger
 
 MIN_PREFIX = 8
 """The shortest run id prefix accepted, like git's abbreviated hashes."""
-
-SUPERSEDED = ReviewStatus.SUPERSEDED.value
-_FINAL_STATUSES = frozenset(get_args(FinalRunStatus))
-_FAILURE_STATUSES = frozenset(get_args(FailureStatus))
-_TRIGGERS = frozenset(get_args(Trigger))
-
-
-def _new_id() -> str:
-    return str(uuid.uuid4())
-
-
-def encode_raw(text: str) -> bytes:
-    """The model's text as stored: UTF-8, undecodable input bytes restored by
-    ``surrogateescape``. A lone surrogate that did not come from bytes (rare: a provider's
-    JSON escape) is written as its UTF-8 form rather than refused, so nothing is lost."""
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass")
-
-
-def decode_raw(data: bytes) -> str:
-    """The inverse of :func:`encode_raw` for every text that came from bytes."""
-    return data.decode("utf-8", "surrogateescape")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class BoundedRaw:
-    """A model output as stored: ``data`` is all of it, or its first ``cap`` bytes when it
-    was longer; ``length`` and ``sha256`` describe all of it (UTF-8 as
-    :func:`encode_raw` writes it)."""
-
-    data: bytes
-    length: int
-    sha256: str
-
-    @property
-    def clipped(self) -> bool:
-        return len(self.data) < self.length
-
-
-def bound_raw(text: str, max_bytes: int | None) -> BoundedRaw:
-    """``text`` as stored under a cap of ``max_bytes`` bytes (None: no cap)."""
-    data = encode_raw(text)
-    stored = data if max_bytes is None or len(data) <= max_bytes else data[:max_bytes]
-    return BoundedRaw(data=stored, length=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
 class Store:
@@ -195,16 +148,17 @@ class Store:
     @property
     def quarantine(self) -> QuarantineLane:
         """The operator review lane of the quarantine, on this store's database."""
-        from salvagelane.store.review import QuarantineLane  # it builds on this module
-
         return QuarantineLane(self._transaction, self.url)
 
     @property
     def deliveries(self) -> DeliveryOutbox:
         """The delivery outbox: claiming and recording deliveries of reports to sinks."""
-        from salvagelane.store.deliveries import DeliveryOutbox  # it builds on this module
-
         return DeliveryOutbox(self._transaction, self.url)
+
+    @property
+    def fires(self) -> FireLedger:
+        """The bookkeeping of scheduled fires: missed fires, retries, schedules."""
+        return FireLedger(self._transaction, self.url)
 
     def close(self) -> None:
         """Close every pooled connection."""
@@ -234,15 +188,14 @@ class Store:
         *,
         instruction_id: str,
         definition_sha256: str,
-        trigger: str,
+        trigger: Trigger,
         scheduled_for: datetime | None,
         now: datetime,
         retry_of: str | None = None,
         definition: DefinitionRecord | None = None,
         forced: bool = False,
     ) -> str:
-        """Record a new run as ``running``; returns its id. ``trigger`` is one of
-        :data:`~salvagelane.store.records.Trigger` (a StrEnum member will do).
+        """Record a new run as ``running``; returns its id.
 
         With ``scheduled_for`` the insert claims that fire: DuplicateFireError when it
         already has a run. ``retry_of`` names an interrupted run of the same fire that
@@ -251,60 +204,33 @@ class Store:
         run, in the same transaction, unless that version is stored already. ``forced``:
         ``scheduled_for`` is not a fire time of the schedule, and the operator said so.
         """
-        _check_vocabulary("trigger", trigger, _TRIGGERS)
+        _check_vocabulary("trigger", trigger, frozenset(Trigger))
         if retry_of is not None and scheduled_for is None:
             raise ValueError("retry_of: only a scheduled fire is retried; pass its scheduled_for")
         if forced and scheduled_for is None:
             raise ValueError("forced: only a run with a scheduled_for forces its fire time")
         if definition is not None and definition.definition_sha256 != definition_sha256:
             raise ValueError("definition: its definition_sha256 is not the run's")
-        run_id = _new_id()
+        run_id = new_id()
         run = Run(
             id=run_id,
             instruction_id=instruction_id,
             definition_sha256=definition_sha256,
             definition_version=None if definition is None else definition.sha256,
-            trigger=trigger,
+            trigger=Trigger(trigger),
             scheduled_for=scheduled_for,
             fire_attempt=1 if retry_of is None else 2,
             retry_of=retry_of,
-            status="running",
+            status=RunStatus.RUNNING,
             created_at=now,
             started_at=now,
             heartbeat_at=now,
             forced=forced,
         )
-        self._insert_run(run, f"start a run of {instruction_id}", definition=definition, now=now)
+        self.fires.insert_run(
+            run, f"start a run of {instruction_id}", definition=definition, now=now
+        )
         return run_id
-
-    def _insert_run(
-        self,
-        run: Run,
-        operation: str,
-        *,
-        definition: DefinitionRecord | None = None,
-        now: datetime | None = None,
-    ) -> None:
-        """Insert ``run`` (and the ``definition`` version it uses, unless stored already);
-        DuplicateFireError when its fire already has a row.
-
-        The insert is the claim of the fire: the unique index on (instruction_id,
-        scheduled_for) lets exactly one of any number of concurrent inserts commit.
-        """
-        try:
-            with self._transaction(operation) as session:
-                if definition is not None:
-                    assert now is not None
-                    _insert_definition(session, definition, now)
-                session.add(run)
-        except StoreError as exc:
-            if run.scheduled_for is not None and _is_fire_conflict(exc.__cause__):
-                raise DuplicateFireError(
-                    instruction_id=run.instruction_id,
-                    scheduled_for=run.scheduled_for,
-                    where=self.url,
-                ) from exc.__cause__
-            raise
 
     def record_missed(
         self,
@@ -315,37 +241,20 @@ class Store:
         now: datetime,
         reason: str,
     ) -> str | None:
-        """Record a scheduled fire that will not be run, as a ``missed`` run; returns its id.
-
-        None when that fire already has a row (it ran, runs, or was recorded as missed by
-        another node): recording a miss claims the fire just as starting a run does.
-        """
-        run_id = _new_id()
-        run = Run(
-            id=run_id,
+        """See :meth:`FireLedger.record_missed`."""
+        return self.fires.record_missed(
             instruction_id=instruction_id,
             definition_sha256=definition_sha256,
-            trigger="schedule",
             scheduled_for=scheduled_for,
-            fire_attempt=1,
-            status="missed",
-            created_at=now,
-            started_at=now,
-            finished_at=now,
-            heartbeat_at=None,
-            error=f"missed: should have fired at {scheduled_for.isoformat()}; {reason}",
+            now=now,
+            reason=reason,
         )
-        try:
-            self._insert_run(run, f"record a missed fire of {instruction_id}")
-        except DuplicateFireError:
-            return None
-        return run_id
 
     def keep_definition(self, definition: DefinitionRecord, *, now: datetime) -> None:
         """Store a version of a definition on its own, unless it is stored already
         (``start_run`` does this with the run; this is for imports and tests)."""
         with self._transaction(f"keep a definition of {definition.instruction_id}") as session:
-            _insert_definition(session, definition, now)
+            insert_definition(session, definition, now)
 
     def get_definition(self, run_id: str) -> DefinitionRecord | None:
         """The stored version of the definition run ``run_id`` (or a unique prefix) used;
@@ -374,10 +283,10 @@ class Store:
         Its attempts and their raw outputs stay.
         """
         with self._transaction(f"mark run {run_id} interrupted") as session:
-            run = _get_run(session, run_id, for_update=True)
-            if run.status != "running":
+            run = get_run(session, run_id, for_update=True)
+            if run.status != RunStatus.RUNNING:
                 return False
-            _close(run, status="interrupted", finished_at=now, error=error)
+            close_run(run, status=RunStatus.INTERRUPTED, finished_at=now, error=error)
             return True
 
     def interrupt_stale_runs(self, *, stale_before: datetime, now: datetime) -> list[RunSummary]:
@@ -388,67 +297,26 @@ class Store:
         stay. A run that heartbeats concurrently is re-checked under its row lock
         (PostgreSQL) or waits for this transaction (SQLite), so a live run is not taken.
         """
-        last_sign = sa.func.coalesce(Run.heartbeat_at, Run.started_at)
         stmt = (
             sa.select(Run)
-            .where(Run.status == "running", last_sign < stale_before)
+            .where(Run.status == RunStatus.RUNNING, last_sign_of_life() < stale_before)
             .order_by(Run.created_at, Run.id)
             .with_for_update()
         )
         with self._transaction("interrupt stale runs") as session:
             stale = list(session.scalars(stmt))
             for run in stale:
-                since = run.heartbeat_at or run.started_at
-                _close(
-                    run,
-                    status="interrupted",
-                    finished_at=now,
-                    error=(
-                        f"no heartbeat since {since.isoformat()}: the process running it stopped"
-                    ),
-                )
+                interrupt(run, now=now)
             session.flush()
-            return _summaries(session, stale)
+            return summaries(session, stale)
 
     def reclaim_stale_fire(
         self, instruction_id: str, scheduled_for: datetime, *, stale_before: datetime, now: datetime
     ) -> RunSummary | None:
-        """Settle a fire whose claim may belong to a dead process, for a command that finds
-        the fire already claimed (``run --scheduled-for`` without ``serve``).
-
-        A run of the fire still ``running`` whose heartbeat is older than ``stale_before``
-        is marked ``interrupted``, as a ``serve`` leader would. Returns the fire's first
-        run when it is now interrupted and nobody has claimed its one retry yet: the
-        caller claims that retry (a concurrent claimer makes it a DuplicateFireError).
-        None when there is nothing to take over.
-        """
-        last_sign = sa.func.coalesce(Run.heartbeat_at, Run.started_at)
-        of_fire = (Run.instruction_id == instruction_id, Run.scheduled_for == scheduled_for)
-        with self._transaction(f"take over the {instruction_id} fire") as session:
-            stale = list(
-                session.scalars(
-                    sa.select(Run)
-                    .where(*of_fire, Run.status == "running", last_sign < stale_before)
-                    .with_for_update()
-                )
-            )
-            for run in stale:
-                since = run.heartbeat_at or run.started_at
-                _close(
-                    run,
-                    status="interrupted",
-                    finished_at=now,
-                    error=(
-                        f"no heartbeat since {since.isoformat()}: the process running it "
-                        "stopped (noticed by the next claim of the same fire)"
-                    ),
-                )
-            session.flush()
-            runs = list(session.scalars(sa.select(Run).where(*of_fire).order_by(Run.fire_attempt)))
-            if len(runs) != 1 or runs[0].status != "interrupted" or runs[0].fire_attempt != 1:
-                return None
-            (first,) = _summaries(session, runs)
-            return first
+        """See :meth:`FireLedger.reclaim_stale_fire`."""
+        return self.fires.reclaim_stale_fire(
+            instruction_id, scheduled_for, stale_before=stale_before, now=now
+        )
 
     def add_attempt(
         self,
@@ -476,10 +344,10 @@ class Store:
         clipped to its first ``max_raw_bytes`` bytes; its full length and SHA-256 are
         stored with every output.
         """
-        attempt_id = _new_id()
+        attempt_id = new_id()
         raw = None if raw_output is None else bound_raw(raw_output, max_raw_bytes)
         with self._transaction(f"add attempt {number} to run {run_id}") as session:
-            _get_run(session, run_id)
+            get_run(session, run_id)
             session.add(
                 Attempt(
                     id=attempt_id,
@@ -519,7 +387,7 @@ class Store:
                 stored = _attempt_numbered(session, entry.run_id, entry.number)
                 if stored is not None:
                     return _compare_spooled(stored, entry)
-                session.add(Attempt(id=_new_id(), **_values(entry, omit={"database"})))
+                session.add(Attempt(id=new_id(), **values(entry, omit={"database"})))
                 return Imported.IMPORTED
         except StoreError as exc:
             # Two importers racing (PostgreSQL): the loser finds the winner's row.
@@ -544,8 +412,8 @@ class Store:
         when the run has ended meanwhile, e.g. another node marked it interrupted: its
         recorded end stays as it is."""
         with self._transaction(f"heartbeat run {run_id}") as session:
-            run = _get_run(session, run_id, for_update=True)
-            if run.status != "running":
+            run = get_run(session, run_id, for_update=True)
+            if run.status != RunStatus.RUNNING:
                 return False
             run.heartbeat_at = now
             return True
@@ -554,7 +422,7 @@ class Store:
         self,
         run_id: str,
         *,
-        status: str,
+        status: RunStatus,
         finished_at: datetime,
         error: str | None,
         report: ReportRecord | None,
@@ -569,11 +437,11 @@ class Store:
         (so a crash before they are delivered leaves them due, never forgotten) and
         returned claimed by the caller, which delivers them next.
         """
-        _check_vocabulary("status", status, _FINAL_STATUSES)
+        _check_vocabulary("status", status, FINAL_RUN_STATUSES)
         if deliveries and report is None:
             raise ValueError("deliveries: a run without a report has nothing to deliver")
         with self._transaction(f"finish run {run_id}") as session:
-            run = _running_run(session, run_id)
+            run = running_run(session, run_id)
             own_attempts = set(
                 session.scalars(sa.select(Attempt.id).where(Attempt.run_id == run_id))
             )
@@ -585,12 +453,12 @@ class Store:
             if report is not None:
                 _add_report(session, run_id, report, created_at=finished_at)
             session.add_all(
-                QuarantinedItem(run_id=run_id, created_at=finished_at, **_values(record))
+                QuarantinedItem(run_id=run_id, created_at=finished_at, **values(record))
                 for record in quarantined
             )
             run.best_attempt_id = None if report is None else report.attempt_id
-            _close(run, status=status, finished_at=finished_at, error=error)
-            return _enqueue(session, run, deliveries, at=finished_at)
+            close_run(run, status=RunStatus(status), finished_at=finished_at, error=error)
+            return enqueue(session, run, deliveries, at=finished_at)
 
     def fail_run(
         self,
@@ -598,82 +466,39 @@ class Store:
         *,
         finished_at: datetime,
         error: str,
-        status: str = "failed",
+        status: RunStatus = RunStatus.FAILED,
     ) -> None:
         """End a run that produced no report (``failed``, or ``interrupted`` by a crash)."""
-        _check_vocabulary("status", status, _FAILURE_STATUSES)
+        _check_vocabulary("status", status, FAILURE_STATUSES)
         with self._transaction(f"fail run {run_id}") as session:
-            _close(
-                _running_run(session, run_id), status=status, finished_at=finished_at, error=error
+            close_run(
+                running_run(session, run_id),
+                status=RunStatus(status),
+                finished_at=finished_at,
+                error=error,
             )
 
     # --- reads ------------------------------------------------------------------------------
 
     def runs_for_fire(self, instruction_id: str, scheduled_for: datetime) -> list[RunSummary]:
-        """The runs that claimed this fire (the fire, then its retry), in that order."""
-        stmt = (
-            sa.select(Run)
-            .where(Run.instruction_id == instruction_id, Run.scheduled_for == scheduled_for)
-            .order_by(Run.fire_attempt)
-        )
-        with self._transaction(f"read the runs of a fire of {instruction_id}") as session:
-            return _summaries(session, list(session.scalars(stmt)))
+        """See :meth:`FireLedger.runs_for_fire`."""
+        return self.fires.runs_for_fire(instruction_id, scheduled_for)
 
     def unretried_interrupted_fires(self, *, since: datetime) -> list[RunSummary]:
-        """Interrupted runs of scheduled fires at or after ``since`` that no run retries
-        yet (and that are not retries themselves), oldest fire first."""
-        retried = sa.select(Run.retry_of).where(Run.retry_of.is_not(None))
-        stmt = (
-            sa.select(Run)
-            .where(
-                Run.status == "interrupted",
-                Run.scheduled_for.is_not(None),
-                Run.scheduled_for >= since,
-                Run.fire_attempt == 1,
-                Run.id.not_in(retried),
-            )
-            .order_by(Run.scheduled_for, Run.id)
-        )
-        with self._transaction("list interrupted fires") as session:
-            return _summaries(session, list(session.scalars(stmt)))
+        """See :meth:`FireLedger.unretried_interrupted_fires`."""
+        return self.fires.unretried_interrupted_fires(since=since)
 
     def register_schedule(
         self, instruction_id: str, *, cron: str, timezone: str, now: datetime
     ) -> datetime:
-        """Remember that ``instruction_id`` is scheduled with ``cron`` in ``timezone``;
-        returns since when: ``now`` for a new or changed schedule, else the stored moment."""
-        with self._transaction(f"register the schedule of {instruction_id}") as session:
-            state = session.get(ScheduleState, instruction_id, with_for_update=True)
-            if state is None:
-                state = ScheduleState(
-                    instruction_id=instruction_id,
-                    cron=cron,
-                    timezone=timezone,
-                    effective_since=now,
-                    updated_at=now,
-                )
-                session.add(state)
-            elif (state.cron, state.timezone) != (cron, timezone):
-                state.cron, state.timezone, state.effective_since = cron, timezone, now
-            state.updated_at = now
-            return state.effective_since
+        """See :meth:`FireLedger.register_schedule`."""
+        return self.fires.register_schedule(instruction_id, cron=cron, timezone=timezone, now=now)
 
     def recorded_fires(
         self, instruction_id: str, *, start: datetime, end: datetime
     ) -> set[datetime]:
-        """The fire times in ``[start, end]`` of ``instruction_id`` that have a run row (any
-        status, missed ones included): the fires that have an outcome."""
-        stmt = (
-            sa.select(Run.scheduled_for)
-            .where(
-                Run.instruction_id == instruction_id,
-                Run.scheduled_for >= start,
-                Run.scheduled_for <= end,
-            )
-            .distinct()
-        )
-        with self._transaction(f"read the recorded fires of {instruction_id}") as session:
-            return {moment for moment in session.scalars(stmt) if moment is not None}
+        """See :meth:`FireLedger.recorded_fires`."""
+        return self.fires.recorded_fires(instruction_id, start=start, end=end)
 
     def list_runs(self, *, instruction_id: str | None = None, limit: int = 20) -> list[RunSummary]:
         """The latest ``limit`` runs, newest first, optionally of one instruction."""
@@ -681,7 +506,7 @@ class Store:
         if instruction_id is not None:
             stmt = stmt.where(Run.instruction_id == instruction_id)
         with self._transaction("list runs") as session:
-            return _summaries(session, list(session.scalars(stmt)))
+            return summaries(session, list(session.scalars(stmt)))
 
     def instruction_ids(self) -> list[str]:
         """The ids of the instructions that have stored runs, sorted."""
@@ -694,9 +519,8 @@ class Store:
         with self._transaction(f"read run {run_id}") as session:
             run = self._resolve(session, run_id)
             figures = figures_of(session, [run])[run.id]
-            summary = _summary(run, figures)
             attempts = [
-                _attempt_view(row)
+                attempt_view(row)
                 for row in session.scalars(
                     sa.select(Attempt).where(Attempt.run_id == run.id).order_by(Attempt.number)
                 )
@@ -707,17 +531,17 @@ class Store:
                 .where(QuarantinedItem.run_id == run.id)
                 .order_by(QuarantinedItem.id)
             )
-            return _view(
+            return view(
                 RunDetail,
                 run,
-                **_values(summary),
+                **values(summary(run, figures)),
                 attempts=attempts,
-                report=_report_view(session, run.id, figures),
+                report=report_view(session, run.id, figures),
                 quarantined=[
-                    _view(QuarantineView, row, attempt_number=numbers[row.attempt_id])
+                    view(QuarantineView, row, attempt_number=numbers[row.attempt_id])
                     for row in quarantined
                 ],
-                deliveries=[_view(SinkDeliveryView, row) for row in _deliveries(session, run.id)],
+                deliveries=[view(SinkDeliveryView, row) for row in deliveries_of(session, run.id)],
             )
 
     def get_report_payload(self, run_id: str) -> dict[str, Any]:
@@ -727,7 +551,7 @@ class Store:
         """
         with self._transaction(f"read the report of run {run_id}") as session:
             run = self._resolve(session, run_id)
-            report = _report_view(session, run.id, figures_of(session, [run])[run.id])
+            report = report_view(session, run.id, figures_of(session, [run])[run.id])
             if report is None:
                 raise NotFoundError(f"{self.url}: run {run.id} has no report (it is {run.status})")
             return {
@@ -775,24 +599,6 @@ def _check_vocabulary(field: str, value: str, allowed: frozenset[str]) -> None:
         raise ValueError(f"{field} {value!r}: expected one of {', '.join(sorted(allowed))}")
 
 
-def _is_fire_conflict(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is a violation of the one-run-per-fire index (and no other)."""
-    if not isinstance(exc, sa.exc.IntegrityError):
-        return False
-    # psycopg names the violated constraint (or unique index); SQLite names its columns.
-    diag = getattr(exc.orig, "diag", None)
-    if diag is not None:
-        return getattr(diag, "constraint_name", None) == FIRE_CONSTRAINT
-    return "UNIQUE constraint failed: runs.instruction_id, runs.scheduled_for" in str(exc.orig)
-
-
-def _get_run(session: Session, run_id: str, *, for_update: bool = False) -> Run:
-    run = session.get(Run, run_id, with_for_update=for_update)
-    if run is None:
-        raise NotFoundError(f"{masked_url(session.get_bind().engine.url)}: no run with id {run_id}")
-    return run
-
-
 def _attempt_numbered(session: Session, run_id: str, number: int) -> Attempt | None:
     return session.scalars(
         sa.select(Attempt).where(Attempt.run_id == run_id, Attempt.number == number)
@@ -809,31 +615,12 @@ def _compare_spooled(stored: Attempt, entry: SpooledAttempt) -> Imported:
     return Imported.ALREADY_STORED if same else Imported.CONFLICT
 
 
-def _running_run(session: Session, run_id: str) -> Run:
-    """The run, which must still be running: a run is finished exactly once."""
-    run = _get_run(session, run_id)
-    if run.status != "running":
-        raise StoreError(
-            f"{masked_url(session.get_bind().engine.url)}: run {run_id} is already {run.status}"
-        )
-    return run
-
-
-def _close(run: Run, *, status: str, finished_at: datetime, error: str | None) -> None:
-    run.status = status
-    run.finished_at = finished_at
-    run.heartbeat_at = finished_at
-    run.error = error
-
-
 def _add_report(
     session: Session, run_id: str, report: ReportRecord, *, created_at: datetime
 ) -> None:
-    report_id = _new_id()
+    report_id = new_id()
     session.add(
-        Report(
-            id=report_id, run_id=run_id, created_at=created_at, **_values(report, omit={"items"})
-        )
+        Report(id=report_id, run_id=run_id, created_at=created_at, **values(report, omit={"items"}))
     )
     # Without relationships the unit of work does not order inserts across tables: the
     # report row must exist before its items reference it.
@@ -843,148 +630,7 @@ def _add_report(
             report_id=report_id,
             position=position,
             coercions=None if item.coercions is None else list(item.coercions),
-            **_values(item, omit={"coercions"}),
+            **values(item, omit={"coercions"}),
         )
         for position, item in enumerate(report.items)
-    )
-
-
-def _deliveries(session: Session, run_id: str) -> list[SinkDelivery]:
-    """The run's sink deliveries, first written first (a row is updated in place as its
-    delivery is tried again, so its id, not its time, places it)."""
-    return list(
-        session.scalars(
-            sa.select(SinkDelivery).where(SinkDelivery.run_id == run_id).order_by(SinkDelivery.id)
-        )
-    )
-
-
-def _refresh_sink_status(session: Session, run: Run) -> None:
-    """Set ``run.sink_status`` from the latest delivery to each sink: ``pending`` while
-    any is pending, else ``failed`` if any failed, else ``delivered`` (None: no delivery).
-    A later delivery to a sink replaces an earlier one, so a retry that worked clears
-    the failure. The caller holds the run's row lock, so concurrent results for two
-    sinks of one run cannot each miss the other's."""
-    latest: dict[tuple[str, str], str] = {}
-    for row in _deliveries(session, run.id):
-        latest[(row.kind, row.target)] = row.status
-    statuses = set(latest.values())
-    if not statuses:
-        run.sink_status = None
-    elif "pending" in statuses:
-        run.sink_status = "pending"
-    else:
-        run.sink_status = "failed" if "failed" in statuses else "delivered"
-
-
-def _enqueue(
-    session: Session, run: Run, deliveries: Sequence[PendingDelivery], *, at: datetime
-) -> list[ClaimedDelivery]:
-    """Write ``deliveries`` of ``run`` as ``pending``, their first try leased to the caller."""
-    rows = [
-        SinkDelivery(
-            run_id=run.id,
-            kind=delivery.kind,
-            target=delivery.target,
-            status="pending",
-            error=None,
-            attempted_at=at,
-            attempts=1,
-            next_attempt_at=delivery.next_attempt_at,
-        )
-        for delivery in deliveries
-    ]
-    if not rows:
-        return []
-    session.add_all(rows)
-    session.flush()
-    _refresh_sink_status(session, run)
-    owner = DeliveryRun(
-        id=run.id, instruction_id=run.instruction_id, definition_sha256=run.definition_sha256
-    )
-    return [
-        ClaimedDelivery(id=row.id, run=owner, kind=row.kind, target=row.target, attempts=1)
-        for row in rows
-    ]
-
-
-def _insert_definition(session: Session, definition: DefinitionRecord, now: datetime) -> None:
-    """Store ``definition`` unless its version is stored already (by any process: the
-    insert does nothing on a conflict, so concurrent runs of one version never fail)."""
-    values = {
-        "sha256": definition.sha256,
-        "instruction_id": definition.instruction_id,
-        "definition_sha256": definition.definition_sha256,
-        "content": definition.content,
-        "created_at": now,
-    }
-    dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        statement: Any = pg_insert(DefinitionVersion).values(values)
-    else:
-        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-        statement = sqlite_insert(DefinitionVersion).values(values)
-    session.execute(statement.on_conflict_do_nothing(index_elements=["sha256"]))
-
-
-def _summaries(session: Session, runs: list[Run]) -> list[RunSummary]:
-    """Summaries of ``runs`` (in order), their figures from :func:`figures_of`."""
-    figures = figures_of(session, runs)
-    return [_summary(run, figures[run.id]) for run in runs]
-
-
-def _summary(run: Run, figures: RunFigures) -> RunSummary:
-    return _view(
-        RunSummary,
-        run,
-        status=figures.status,
-        partial=figures.partial,
-        kept_count=figures.kept,
-        operator_approved=figures.operator_approved,
-        quarantined_count=figures.quarantined,
-        quarantined_by_reason=dict(figures.quarantined_by_reason),
-        candidates=figures.candidates,
-        output_cut=figures.output_cut,
-        finish_reason=figures.finish_reason,
-        native_finish_reason=figures.native_finish_reason,
-    )
-
-
-def _values(record: DataclassInstance, *, omit: Collection[str] = ()) -> dict[str, Any]:
-    """``record``'s fields by name but those in ``omit``: the keyword arguments for the
-    ORM row (or the record) whose columns carry the same names."""
-    return {f.name: getattr(record, f.name) for f in fields(record) if f.name not in omit}
-
-
-def _view(cls: type[V], row: object, **computed: Any) -> V:
-    """A ``cls`` whose fields copy ``row``'s attributes of the same names, but those in
-    ``computed``: fields the row has no column for, or holds in another form."""
-    copied = {f.name: getattr(row, f.name) for f in fields(cls) if f.name not in computed}
-    return cls(**copied, **computed)
-
-
-def _attempt_view(row: Attempt) -> AttemptView:
-    raw = None if row.raw_output is None else decode_raw(row.raw_output)
-    stored = None if row.raw_output is None else len(row.raw_output)
-    return _view(AttemptView, row, raw_output=raw, stored_length=stored)
-
-
-def _report_view(session: Session, run_id: str, figures: RunFigures) -> ReportView | None:
-    """The run's report; its status, partial flag and counts are the run's figures."""
-    report = session.scalars(sa.select(Report).where(Report.run_id == run_id)).one_or_none()
-    if report is None:
-        return None
-    items = session.scalars(
-        sa.select(ReportItem).where(ReportItem.report_id == report.id).order_by(ReportItem.position)
-    )
-    return _view(
-        ReportView,
-        report,
-        status=figures.status,
-        partial=figures.partial,
-        counts=report_counts(report.counts, figures),
-        items=[_view(ReportItemView, item) for item in items],
     )

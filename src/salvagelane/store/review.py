@@ -12,8 +12,7 @@ This module judges nothing: the guardrails run in the core (``check_item``) befo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from salvagelane.errors import NotFoundError, ReviewStateError
+from salvagelane.store._rows import Transactions, decode_raw, summary, view
 from salvagelane.store.figures import settle
 from salvagelane.store.models import (
     Attempt,
@@ -38,21 +38,11 @@ from salvagelane.store.records import (
     QuarantineReviewView,
     QuarantineView,
     ReportItemRecord,
-    ReviewAction,
 )
-from salvagelane.store.repository import SUPERSEDED, _summary, _view, decode_raw
-from salvagelane.vocabulary import ReviewStatus
+from salvagelane.vocabulary import ItemOrigin, ReviewAction, ReviewStatus
 
-Transactions = Callable[[str], AbstractContextManager[Session]]
-
-PENDING, APPROVED, REJECTED = (
-    ReviewStatus.PENDING.value,
-    ReviewStatus.APPROVED.value,
-    ReviewStatus.REJECTED.value,
-)
 INPUT_HEAD_BYTES = 4096
 """Bytes of an operator's refused input kept in the audit trail (with its size and hash)."""
-REVIEW_STATUSES = tuple(status.value for status in ReviewStatus)
 CONTEXT_CHARS = 300
 """Characters of raw output shown on each side of an item's span."""
 
@@ -71,7 +61,7 @@ class QuarantineLane:
         with self._transaction("list the quarantine") as session:
             stmt = _matching(where or QuarantineFilter()).add_columns(Attempt.number)
             rows = session.execute(stmt).tuples().all()
-            return [_quarantine_view(row, number) for row, number in rows]
+            return [_quarantineview(row, number) for row, number in rows]
 
     def get_quarantine(
         self, quarantine_id: int, *, context_chars: int = CONTEXT_CHARS
@@ -92,7 +82,7 @@ class QuarantineLane:
                 span = raw[start:end]
                 after = raw[end : end + context_chars]
             report = _report_of(session, row.run_id)
-            return _view(
+            return view(
                 QuarantineDetail,
                 row,
                 attempt_number=attempt.number,
@@ -103,7 +93,7 @@ class QuarantineLane:
                 report_id=None if report is None else report.id,
                 report_attempt_id=None if report is None else report.attempt_id,
                 report_items=None if report is None else _item_count(session, report.id),
-                reviews=[_view(QuarantineReviewView, r) for r in _reviews(session, row.id)],
+                reviews=[view(QuarantineReviewView, r) for r in _reviews(session, row.id)],
             )
 
     # --- writes -----------------------------------------------------------------------------
@@ -163,7 +153,7 @@ class QuarantineLane:
                     span_start=item.span_start,
                     span_end=item.span_end,
                     coercions=None if item.coercions is None else list(item.coercions),
-                    origin="operator",
+                    origin=ItemOrigin.OPERATOR,
                 )
             )
             run = session.get(Run, row.run_id, with_for_update=True)
@@ -173,18 +163,18 @@ class QuarantineLane:
                 "partial": report.partial,
                 "counts": report.counts,
             }
-            _decide(row, APPROVED, actor=actor, note=note, now=now)
+            _decide(row, ReviewStatus.APPROVED, actor=actor, note=note, now=now)
             figures = settle(session, run, report)
             self._audit(
                 session,
                 row,
-                "approve",
+                ReviewAction.APPROVE,
                 actor=actor,
                 note=note,
                 now=now,
-                before={"review_status": PENDING, "report": before_report},
+                before={"review_status": ReviewStatus.PENDING, "report": before_report},
                 after={
-                    "review_status": APPROVED,
+                    "review_status": ReviewStatus.APPROVED,
                     "item": item.data,
                     "position": position,
                     "report": {
@@ -204,7 +194,7 @@ class QuarantineLane:
                 counts=report.counts,
                 partial=figures.partial,
                 status=figures.status,
-                run=_summary(run, figures),
+                run=summary(run, figures),
             )
 
     def record_refused_approval(
@@ -235,7 +225,7 @@ class QuarantineLane:
             self._audit(
                 session,
                 row,
-                "approve_refused",
+                ReviewAction.APPROVE_REFUSED,
                 actor=actor,
                 note=note,
                 now=now,
@@ -252,8 +242,8 @@ class QuarantineLane:
         with self._transaction(f"reject quarantined item {quarantine_id}") as session:
             row = self._item(session, quarantine_id, for_update=True)
             require_pending(row, "reject")
-            self._reject(session, row, "reject", actor=actor, note=note, now=now)
-            return _quarantine_view(row, _attempt_number(session, row))
+            self._reject(session, row, ReviewAction.REJECT, actor=actor, note=note, now=now)
+            return _quarantineview(row, _attempt_number(session, row))
 
     def note_quarantined(
         self, quarantine_id: int, *, actor: str, note: str, now: datetime
@@ -265,7 +255,7 @@ class QuarantineLane:
             self._audit(
                 session,
                 row,
-                "note",
+                ReviewAction.NOTE,
                 actor=actor,
                 note=note,
                 now=now,
@@ -273,7 +263,7 @@ class QuarantineLane:
                 after={"review_note": note},
             )
             row.review_note = note
-            return _quarantine_view(row, _attempt_number(session, row))
+            return _quarantineview(row, _attempt_number(session, row))
 
     def reject_matching(
         self, where: QuarantineFilter, *, actor: str, note: str, now: datetime
@@ -281,21 +271,23 @@ class QuarantineLane:
         """Reject every pending item ``where`` selects (newest first, up to its limit);
         returns their ids. ``where.review_status`` must be None or ``pending``."""
         _require_note(note)
-        if where.review_status not in (None, PENDING):
+        if where.review_status not in (None, ReviewStatus.PENDING):
             raise ReviewStateError(
                 f"bulk reject takes pending items only, not {where.review_status!r} ones"
             )
         pending = QuarantineFilter(
             instruction_id=where.instruction_id,
             reason=where.reason,
-            review_status=PENDING,
+            review_status=ReviewStatus.PENDING,
             since=where.since,
             limit=where.limit,
         )
         with self._transaction("reject matching quarantined items") as session:
             rows = list(session.scalars(_matching(pending).with_for_update()))
             for row in rows:
-                self._reject(session, row, "bulk_reject", actor=actor, note=note, now=now)
+                self._reject(
+                    session, row, ReviewAction.BULK_REJECT, actor=actor, note=note, now=now
+                )
             return [row.id for row in rows]
 
     # --- helpers ----------------------------------------------------------------------------
@@ -318,7 +310,7 @@ class QuarantineLane:
         note: str,
         now: datetime,
     ) -> None:
-        _decide(row, REJECTED, actor=actor, note=note, now=now)
+        _decide(row, ReviewStatus.REJECTED, actor=actor, note=note, now=now)
         self._audit(
             session,
             row,
@@ -326,8 +318,8 @@ class QuarantineLane:
             actor=actor,
             note=note,
             now=now,
-            before={"review_status": PENDING},
-            after={"review_status": REJECTED},
+            before={"review_status": ReviewStatus.PENDING},
+            after={"review_status": ReviewStatus.REJECTED},
         )
 
     @staticmethod
@@ -366,7 +358,7 @@ def _matching(where: QuarantineFilter) -> sa.Select[tuple[QuarantinedItem]]:
         .order_by(QuarantinedItem.created_at.desc(), QuarantinedItem.id.desc())
     )
     if where.review_status is None:
-        stmt = stmt.where(QuarantinedItem.review_status != SUPERSEDED)
+        stmt = stmt.where(QuarantinedItem.review_status != ReviewStatus.SUPERSEDED)
     else:
         stmt = stmt.where(QuarantinedItem.review_status == where.review_status)
     if where.instruction_id is not None:
@@ -380,8 +372,8 @@ def _matching(where: QuarantineFilter) -> sa.Select[tuple[QuarantinedItem]]:
     return stmt
 
 
-def _quarantine_view(row: QuarantinedItem, attempt_number: int) -> QuarantineView:
-    return _view(QuarantineView, row, attempt_number=attempt_number)
+def _quarantineview(row: QuarantinedItem, attempt_number: int) -> QuarantineView:
+    return view(QuarantineView, row, attempt_number=attempt_number)
 
 
 def _attempt_number(session: Session, row: QuarantinedItem) -> int:
@@ -418,13 +410,13 @@ def _reviews(session: Session, quarantine_id: int) -> Iterator[QuarantineReview]
 
 def require_pending(row: QuarantinedItem | QuarantineView, action: str) -> None:
     """ReviewStateError unless ``row`` is pending (``action`` names what was tried)."""
-    if row.review_status == PENDING:
+    if row.review_status == ReviewStatus.PENDING:
         return
     by = f" by {row.reviewed_by}" if row.reviewed_by else ""
     when = f" at {row.reviewed_at.isoformat()}" if row.reviewed_at else ""
     why = (
         "it belongs to an attempt that was not chosen for the report"
-        if row.review_status == SUPERSEDED
+        if row.review_status == ReviewStatus.SUPERSEDED
         else f"it was {row.review_status}{by}{when}"
     )
     raise ReviewStateError(
@@ -456,7 +448,7 @@ def _require_note(note: str) -> None:
 
 
 def _decide(
-    row: QuarantinedItem, status: str, *, actor: str, note: str | None, now: datetime
+    row: QuarantinedItem, status: ReviewStatus, *, actor: str, note: str | None, now: datetime
 ) -> None:
     row.review_status = status
     row.reviewed_by = actor
