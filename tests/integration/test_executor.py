@@ -413,10 +413,13 @@ def test_every_log_line_of_a_run_carries_its_id_and_no_secret(
     assert (finished["status"], finished["kept"], finished["quarantined"]) == ("ok", 2, 0)
 
 
-def test_the_executors_triggers_are_the_ones_the_store_accepts() -> None:
-    from salvagelane.store import Trigger as StoredTrigger
-
-    assert StoredTrigger is Trigger  # one definition, in the vocabulary
+def test_the_executors_triggers_are_the_ones_the_store_accepts(store: Store) -> None:
+    now = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+    for trigger in Trigger:
+        run_id = store.start_run(
+            instruction_id="x", definition_sha256="d", trigger=trigger, scheduled_for=None, now=now
+        )
+        assert store.get_run(run_id).trigger is trigger
 
 
 # --- heartbeats and deadlines --------------------------------------------------------------------

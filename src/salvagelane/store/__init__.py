@@ -1,7 +1,8 @@
 """Persistence of runs, attempts (with raw model output), reports and the quarantine lane.
 
 SQLite or PostgreSQL, through SQLAlchemy 2 and Alembic migrations shipped in the package.
-Open a :class:`Store`; it hands back the dataclasses of :mod:`salvagelane.store.records`.
+Open a :class:`Store`; it hands back the dataclasses of :mod:`salvagelane.store.records`,
+whose closed sets of words are the StrEnums of :mod:`salvagelane.vocabulary`.
 """
 
 from __future__ import annotations
@@ -49,20 +50,8 @@ from salvagelane.store.records import (
 )
 from salvagelane.store.repository import Store
 from salvagelane.store.review import QuarantineLane
-from salvagelane.vocabulary import (
-    FAILURE_STATUSES,
-    FINAL_RUN_STATUSES,
-    DeliveryStatus,
-    ItemOrigin,
-    ReviewAction,
-    ReviewStatus,
-    RunStatus,
-    Trigger,
-)
 
 __all__ = [
-    "FAILURE_STATUSES",
-    "FINAL_RUN_STATUSES",
     "SCHEDULER_LOCK_KEY",
     "ApprovalView",
     "AttemptView",
@@ -70,10 +59,8 @@ __all__ = [
     "DefinitionRecord",
     "DeliveryOutbox",
     "DeliveryRun",
-    "DeliveryStatus",
     "FireLedger",
     "InputDigest",
-    "ItemOrigin",
     "LeaderLock",
     "OpenDelivery",
     "PendingDelivery",
@@ -88,15 +75,11 @@ __all__ = [
     "ReportItemView",
     "ReportRecord",
     "ReportView",
-    "ReviewAction",
-    "ReviewStatus",
     "RunDetail",
-    "RunStatus",
     "RunSummary",
     "SinkDeliveryView",
     "SqliteServeLock",
     "Store",
-    "Trigger",
     "bound_raw",
     "current_revision",
     "database_url",
