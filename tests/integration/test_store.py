@@ -384,6 +384,19 @@ def test_string_enum_members_are_accepted_and_stored_as_text(
     assert type(text) is str
 
 
+def test_a_stored_word_this_version_does_not_know_is_a_store_error(
+    store: Store, database_url: str
+) -> None:
+    run_id = start(store)
+    with _engine(database_url) as engine, engine.begin() as connection:
+        connection.execute(
+            sa.text("UPDATE runs SET status = 'paused' WHERE id = :id"), {"id": run_id}
+        )
+
+    with pytest.raises(StoreError, match=r"holds 'paused' where a RunStatus is expected \("):
+        store.get_run(run_id)
+
+
 def test_report_and_quarantine_must_name_attempts_of_the_run(store: Store) -> None:
     run_id = start(store)
     other_attempt = attempt(store, start(store, instruction_id="other"))

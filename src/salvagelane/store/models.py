@@ -32,6 +32,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.sql.expression import false
 from sqlalchemy.types import TypeDecorator
 
+from salvagelane.errors import StoreError
 from salvagelane.vocabulary import (
     DeliveryStatus,
     ItemOrigin,
@@ -174,7 +175,17 @@ class Word(TypeDecorator[W]):
         return None if value is None else self.words(value).value
 
     def process_result_value(self, value: str | None, dialect: Dialect) -> W | None:
-        return None if value is None else self.words(value)
+        if value is None:
+            return None
+        try:
+            return self.words(value)
+        except ValueError as exc:
+            # Not a word this version knows: a newer salvagelane wrote it, or a hand.
+            known = ", ".join(word.value for word in self.words)
+            raise StoreError(
+                f"the database holds {value!r} where a {self.words.__name__} is expected "
+                f"({known}): written by a newer salvagelane, or edited by hand?"
+            ) from exc
 
 
 class Base(DeclarativeBase):
