@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -20,7 +23,7 @@ from salvagelane.store import (
     make_engine,
     upgrade,
 )
-from salvagelane.store.engine import MIGRATIONS_DIR
+from salvagelane.store.engine import MIGRATIONS_DIR, alembic_head, revision_of
 from salvagelane.store.models import Base, UTCDateTime
 
 NOW = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
@@ -45,6 +48,40 @@ def test_migration_environment_ships_inside_the_package() -> None:
     assert (MIGRATIONS_DIR / "versions" / "0005_outbox_and_bounded_output.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0006_definition_versions.py").is_file()
     assert head_revision() == "0006"
+
+
+def test_the_head_the_code_expects_is_alembic_head() -> None:
+    # HEAD_REVISION spares read commands importing Alembic: a new migration must bump it.
+    assert head_revision() == alembic_head()
+
+
+def test_the_revision_is_read_as_alembic_reads_it(database_url: str) -> None:
+    engine = make_engine(database_url)
+    try:
+        with engine.begin() as connection:
+            assert revision_of(connection) is None  # no version table yet
+        upgrade(database_url, "0003")
+        with engine.connect() as connection:
+            alembic_says = MigrationContext.configure(connection).get_current_revision()
+            assert revision_of(connection) == alembic_says == "0003"
+    finally:
+        engine.dispose()
+
+
+def test_a_read_command_leaves_alembic_unimported(tmp_path: Path) -> None:
+    database = f"sqlite:///{tmp_path / 'x.db'}"
+    upgrade(database)
+    probe = (
+        "import sys\n"
+        "from salvagelane.store import Store\n"
+        f"with Store.open({database!r}, read_only=True) as store:\n"
+        "    store.list_runs()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "[]"
 
 
 def test_upgrade_builds_exactly_the_models_schema(database_url: str) -> None:

@@ -10,23 +10,22 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import sqlalchemy as sa
 import tenacity
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from salvagelane.errors import DatabaseOpenError, DatabaseUrlError, StoreError
+
+if TYPE_CHECKING:  # imported by the commands that migrate, and only by them
+    from alembic.config import Config
 
 MIGRATIONS_DIR = Path(__file__).resolve().with_name("migrations")
 DEFAULT_BUSY_TIMEOUT = 30.0
@@ -288,7 +287,17 @@ def _configure_sqlite(engine: Engine, busy_timeout: float, *, read_only: bool = 
 # --- migrations -----------------------------------------------------------------------------
 
 
+HEAD_REVISION = "0006"
+"""The migrations' head: the revision this salvagelane's code expects. Known without
+Alembic, which only the commands that migrate import (it is a quarter of a read
+command's start); tests/integration/test_migrations.py holds it equal to Alembic's."""
+
+VERSION_TABLE = "alembic_version"
+
+
 def _alembic_config(connection: Connection | None = None) -> Config:
+    from alembic.config import Config
+
     # No alembic.ini: the environment ships inside the package, and env.py runs the
     # migrations on the connection handed over here (one transaction, our pragmas).
     config = Config()
@@ -297,21 +306,47 @@ def _alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
-def head_revision() -> str:
-    """The revision the code of this salvagelane expects (the migrations' head)."""
+def alembic_head() -> str:
+    """The head revision as Alembic reads it from the packaged migrations."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
     assert head is not None, "the packaged migrations have no head revision"
     return head
 
 
+def head_revision() -> str:
+    """The revision the code of this salvagelane expects (the migrations' head)."""
+    return HEAD_REVISION
+
+
 def revision_of(connection: Connection) -> str | None:
-    """The revision the database on ``connection`` is at (None: never migrated)."""
-    return MigrationContext.configure(connection).get_current_revision()
+    """The revision the database on ``connection`` is at (None: never migrated), read
+    from Alembic's version table as Alembic reads it."""
+    if not sa.inspect(connection).has_table(VERSION_TABLE):
+        return None
+    revisions = (
+        connection.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
+    )
+    if len(revisions) > 1:
+        raise StoreError(
+            f"{masked_url(connection.engine.url)}: {VERSION_TABLE} holds "
+            f"{len(revisions)} revisions ({', '.join(revisions)}): expected one"
+        )
+    return revisions[0] if revisions else None
 
 
 def upgrade_connection(connection: Connection, revision: str = "head") -> None:
     """Migrate the database on ``connection`` to ``revision`` inside its transaction."""
+    from alembic import command
+
     command.upgrade(_alembic_config(connection), revision)
+
+
+def _migration_errors() -> tuple[type[Exception], ...]:
+    # Alembic's own error, once something imported it: before that it cannot be raised.
+    util = sys.modules.get("alembic.util")
+    return (util.CommandError,) if util is not None else ()
 
 
 @contextmanager
@@ -323,7 +358,9 @@ def store_errors(url: str | URL, operation: str) -> Iterator[None]:
     """
     try:
         yield
-    except (SQLAlchemyError, CommandError) as exc:
+    except Exception as exc:
+        if not isinstance(exc, (SQLAlchemyError, *_migration_errors())):
+            raise
         raise StoreError(f"{masked_url(url)}: {operation} failed: {describe(exc)}") from exc
 
 
@@ -360,8 +397,14 @@ def downgrade(url: str, revision: str) -> None:
     _with_connection(
         url,
         f"downgrade to {revision}",
-        lambda c: command.downgrade(_alembic_config(c), revision),
+        lambda c: _downgrade_connection(c, revision),
     )
+
+
+def _downgrade_connection(connection: Connection, revision: str) -> None:
+    from alembic import command
+
+    command.downgrade(_alembic_config(connection), revision)
 
 
 def current_revision(url: str, *, read_only: bool = False) -> str | None:
