@@ -19,9 +19,10 @@ from structlog.contextvars import merge_contextvars
 from structlog.testing import capture_logs
 
 from salvagelane.connectors import ReplayConnector
+from salvagelane.definitions import load_definitions
 from salvagelane.errors import ConfigurationError
 from salvagelane.executor import Trigger
-from salvagelane.service import Fire, ServeSettings, Service, load_definitions
+from salvagelane.service import Fire, ServeSettings, Service
 from salvagelane.store import Store, leader_lock_for, upgrade
 
 ROOT = Path(__file__).resolve().parents[2]
