@@ -19,8 +19,6 @@ from salvagelane.errors import NotFoundError, SalvagelaneError
 from salvagelane.safe_text import line
 
 if TYPE_CHECKING:
-    import httpx
-
     from salvagelane.definitions import DefinitionSet
     from salvagelane.executor import ConnectorFactory, SinkFactory
     from salvagelane.sinks import Sink
@@ -100,9 +98,8 @@ def require_known_instruction(store: Store, instruction_id: str) -> None:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Wired:
-    """The HTTP client of a command and what runs and deliveries use over it."""
+    """What runs and deliveries of a command use, over its one HTTP client."""
 
-    client: httpx.Client
     connector_for: ConnectorFactory
     sinks_for: SinkFactory
 
@@ -117,7 +114,6 @@ def wired(*, replay: Path | None = None) -> Iterator[Wired]:
 
     with httpx.Client() as client:
         yield Wired(
-            client=client,
             connector_for=connector_factory(client, replay=replay),
             sinks_for=sinks_factory(client),
         )
