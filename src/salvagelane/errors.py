@@ -125,6 +125,19 @@ class DatabaseUrlError(StoreError):
     every run, report and review would vanish with the process). The CLI exits 2."""
 
 
+class UnresolvedCallableError(ConfigurationError):
+    """A ``module:function`` reference (a context callable, a callable sink, a scheduler
+    target) that names no callable. ``problem`` says which step failed: ``module`` (its
+    import raised; the exception is chained), ``attribute`` (``part``, missing; chained) or
+    ``not_callable`` (the value found is a ``part``). Each caller says it in its own words."""
+
+    def __init__(self, reference: str, *, problem: str, part: str) -> None:
+        super().__init__(f"{reference}: {problem} {part}")
+        self.reference = reference
+        self.problem = problem
+        self.part = part
+
+
 class NotFoundError(SalvagelaneError):
     """A run, attempt or quarantined item id that the database does not hold."""
 

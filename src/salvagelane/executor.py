@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from salvagelane.connectors import Completion, CompletionRequest, Connector
+from salvagelane.connectors import Completion, CompletionRequest, Connector, build_connector
 from salvagelane.context_sources import reference_time
 from salvagelane.core import SalvageResult, salvage
 from salvagelane.core.assembly import bytes_over_cap
@@ -41,8 +42,8 @@ from salvagelane.definitions import (
     Instruction,
     RenderedPrompt,
     render_prompt,
-    resolve_allow_lists,
     resolve_context,
+    salvage_policy_for,
     snapshot_for_run,
     with_snapshot,
 )
@@ -66,7 +67,7 @@ from salvagelane.errors import (
     StoreError,
 )
 from salvagelane.logs import bound, get_logger, redact_text, redact_url, scrub_text
-from salvagelane.sinks import DeliveryOutcome, Sink, run_address
+from salvagelane.sinks import DeliveryOutcome, Sink, build_sinks, run_address
 from salvagelane.store import (
     ClaimedDelivery,
     DefinitionRecord,
@@ -79,12 +80,39 @@ from salvagelane.store import (
 from salvagelane.store.spool import Spool, SpooledAttempt
 from salvagelane.vocabulary import Clock, ItemOrigin, ReviewStatus, RunStatus, Trigger, utc_now
 
+if TYPE_CHECKING:
+    import httpx
+
 log = get_logger("salvagelane.executor")
 
 ConnectorFactory = Callable[[Instruction], Connector]
 SinkFactory = Callable[[Instruction], Sequence[Sink]]
 ClaimObserver = Callable[[str], None]
 """Told the run id as soon as a run has claimed its fire (``serve`` tracks runs in flight)."""
+
+
+def connector_factory(client: httpx.Client, *, replay: Path | None = None) -> ConnectorFactory:
+    """Each instruction's connector over ``client``, bounded by its schedule's deadline;
+    with ``replay`` (``run --replay``) the fixture answers whatever the definition names."""
+
+    def connector_for(instruction: Instruction) -> Connector:
+        return build_connector(
+            instruction.connector,
+            client=client,
+            deadline_seconds=instruction.schedule.deadline_seconds,
+            replay=replay,
+        )
+
+    return connector_for
+
+
+def sinks_factory(client: httpx.Client) -> SinkFactory:
+    """Each instruction's sinks, its webhooks posting over ``client``."""
+
+    def sinks_for(instruction: Instruction) -> Sequence[Sink]:
+        return build_sinks(instruction.sinks, client=client)
+
+    return sinks_for
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -288,7 +316,7 @@ class Executor:
 
     def _execute(self, instruction: Instruction, state: _RunState) -> RunOutcome:
         context = resolve_context(instruction)
-        policy = instruction.salvage_policy(resolve_allow_lists(instruction, context))
+        policy = salvage_policy_for(instruction, context=context)
         prompt = render_prompt(instruction, context)
         connector = self._connector_for(instruction)
         spec = instruction.connector

@@ -336,17 +336,17 @@ class Replayer:
     def policy_for(self, instruction_id: str) -> SalvagePolicy:
         """The salvage policy of the current definition with id ``instruction_id``;
         InputError for anything but an id, NotFoundError when no definition has it."""
-        from salvagelane.definitions import review_policy
+        from salvagelane.definitions import salvage_policy_for
 
         return _remembered(
-            self._policies, instruction_id, lambda: review_policy(self.current(instruction_id))
+            self._policies, instruction_id, lambda: salvage_policy_for(self.current(instruction_id))
         )
 
     def stored_policy(self, snapshot: DefinitionSnapshot, instruction_id: str) -> SalvagePolicy:
         """The salvage policy of the fixture's own definition ``snapshot``, which must
         define ``instruction_id``. DefinitionError when it does not load, or names a
         context callable an allow-list needs that the operator's definition does not."""
-        from salvagelane.definitions import load_stored, review_policy
+        from salvagelane.definitions import load_stored, salvage_policy_for
 
         def load() -> SalvagePolicy:
             stored = load_stored(snapshot)
@@ -355,7 +355,7 @@ class Replayer:
                     f"{DEFINITION_FILE}: defines {stored.id!r}, but {META_FILE} names "
                     f"{instruction_id!r}: expected the definition of the fixture's instruction"
                 )
-            return review_policy(stored, trusted=lambda: self.current(instruction_id))
+            return salvage_policy_for(stored, trusted=lambda: self.current(instruction_id))
 
         return _remembered(self._policies, f"stored:{snapshot.sha256}", load)
 

@@ -18,7 +18,6 @@ All datetimes taken and returned are timezone-aware; returned ones are in UTC.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -41,10 +40,15 @@ from apscheduler.triggers.combining import OrTrigger  # type: ignore[import-unty
 from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
 from apscheduler.triggers.date import DateTrigger  # type: ignore[import-untyped]
 
+from salvagelane.callables import CallableProblem, resolve_callable
 from salvagelane.definitions.cron import cron_fields, month_numbers, weekday_numbers
 from salvagelane.definitions.model import Instruction, Schedule
-from salvagelane.errors import ConfigurationError, NotFoundError, SalvagelaneError
-from salvagelane.tables import aligned
+from salvagelane.errors import (
+    ConfigurationError,
+    NotFoundError,
+    SalvagelaneError,
+    UnresolvedCallableError,
+)
 
 __all__ = [
     "RUN_SCHEDULED",
@@ -58,7 +62,6 @@ __all__ = [
     "newest_fire_times",
     "next_fire_time",
     "plan_catch_up",
-    "render_schedule_table",
     "run_scheduled",
     "schedule_table",
 ]
@@ -350,23 +353,6 @@ def schedule_table(instructions: Iterable[Instruction], now: datetime) -> list[S
     return rows
 
 
-def render_schedule_table(rows: Sequence[ScheduleRow]) -> str:
-    """``salvagelane schedule``: one aligned line per instruction."""
-    if not rows:
-        return "no instructions"
-    header = ("INSTRUCTION", "CRON", "TIMEZONE", "NEXT (UTC)", "NEXT (LOCAL)")
-    lines = [header]
-    for row in rows:
-        utc = "never" if row.next_fire_utc is None else f"{row.next_fire_utc:%Y-%m-%d %H:%M:%S}"
-        local = (
-            "never"
-            if row.next_fire_local is None
-            else f"{row.next_fire_local:%Y-%m-%d %H:%M:%S %Z}"
-        )
-        lines.append((row.instruction_id, row.cron, row.timezone, utc, local))
-    return "\n".join(aligned(lines))
-
-
 # --- The service -----------------------------------------------------------------------------
 
 
@@ -376,16 +362,14 @@ def _resolve(reference: str) -> Callable[..., Any]:
         raise ConfigurationError(
             f"scheduler target: expected a Python callable as module:function, got {reference!r}"
         )
-    module_name, _, attribute = reference.partition(":")
     try:
-        found: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigurationError(f"scheduler target {reference!r}: {exc}") from exc
-    if not callable(found):
-        raise ConfigurationError(f"scheduler target {reference!r}: expected a callable")
-    return found  # type: ignore[no-any-return]
+        return resolve_callable(reference)
+    except UnresolvedCallableError as exc:
+        if exc.problem == CallableProblem.NOT_CALLABLE:
+            raise ConfigurationError(
+                f"scheduler target {reference!r}: expected a callable"
+            ) from None
+        raise ConfigurationError(f"scheduler target {reference!r}: {exc.__cause__}") from exc
 
 
 def run_scheduled(

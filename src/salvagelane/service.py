@@ -28,18 +28,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-from salvagelane.definitions import (
-    Instruction,
-    definition_files,
-    duplicate_id_check,
-    load_instruction,
-)
+from salvagelane.definitions import Instruction
+from salvagelane.definitions.directory import DefinitionSet, load_definitions, require_loadable
 from salvagelane.delivery import redeliver_due, sinks_from_definitions
 from salvagelane.errors import (
     ConfigurationError,
-    DefinitionError,
     DuplicateFireError,
     SalvagelaneError,
 )
@@ -48,11 +42,12 @@ from salvagelane.logs import bound, get_logger
 from salvagelane.scheduler import (
     MISSED_LIMIT,
     ScheduledService,
+    ScheduleRow,
     newest_fire_times,
     plan_catch_up,
-    render_schedule_table,
     schedule_table,
 )
+from salvagelane.serve_settings import ServeSettings
 from salvagelane.store import LeaderLock, Store
 from salvagelane.vocabulary import Clock, Trigger, utc_now
 
@@ -64,7 +59,6 @@ __all__ = [
     "ServeSettings",
     "Service",
     "fire",
-    "load_definitions",
 ]
 
 log = get_logger("salvagelane.service")
@@ -73,108 +67,10 @@ TARGET = "salvagelane.service:fire"
 """The textual job reference every scheduled job names."""
 
 Announce = Callable[[str], None]
+RenderSchedule = Callable[[Sequence[ScheduleRow]], str]
+"""How the leader's banner shows the next fires (the command line's table)."""
 
 _RETRYABLE_TRIGGERS = frozenset({Trigger.SCHEDULE, Trigger.CATCH_UP})
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ServeSettings:
-    """How a node serves. ``standby``: wait for the leader lock (PostgreSQL) rather than
-    refuse to start when another node holds it (SQLite: one node only)."""
-
-    instructions_dir: Path
-    standby: bool = True
-    poll_seconds: float = 5.0
-    shutdown_timeout_seconds: float = 30.0
-    heartbeat_seconds: float = 15.0
-    stale_after_seconds: float = 60.0
-    max_workers: int = 4
-    look_back: timedelta = timedelta(days=7)
-
-    def problem(self) -> str | None:
-        """What is unusable about these settings, or None."""
-        if min(self.poll_seconds, self.heartbeat_seconds, self.stale_after_seconds) <= 0:
-            return "poll, heartbeat and stale-after seconds must be positive"
-        if self.shutdown_timeout_seconds < 0:
-            return "the shutdown timeout must not be negative"
-        if self.stale_after_seconds < 2 * self.heartbeat_seconds:
-            # A live run beats every heartbeat_seconds; a threshold closer than two beats
-            # would take one slow database write for a dead process.
-            return (
-                f"stale-after ({self.stale_after_seconds:g} s) must be at least twice the "
-                f"heartbeat ({self.heartbeat_seconds:g} s)"
-            )
-        if self.max_workers < 1:
-            return "max workers must be at least 1"
-        return None
-
-
-# --- definitions -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DefinitionSet:
-    """The definitions a node schedules. ``problems`` are the files that did not load
-    (with why); ``kept`` the ids whose previous version stays because their file broke."""
-
-    instructions: Mapping[str, Instruction]
-    problems: tuple[str, ...] = ()
-    kept: tuple[str, ...] = ()
-
-
-def load_definitions(
-    directory: Path, previous: Mapping[str, Instruction] | None = None
-) -> DefinitionSet:
-    """Every loadable definition in ``directory``, by id.
-
-    A file that does not load is reported in ``problems``; if ``previous`` held a
-    definition from that file, it is kept. A definition whose file is gone is dropped.
-    ConfigurationError when the directory itself is missing.
-    """
-    previous = previous or {}
-    by_source = {instruction.source.resolve(): instruction for instruction in previous.values()}
-    loaded: dict[str, Instruction] = {}
-    seen: dict[str, Path] = {}
-    problems: list[str] = []
-    kept: list[str] = []
-    for path in definition_files(directory):
-        try:
-            instruction = load_instruction(path)
-        except DefinitionError as exc:
-            old = by_source.get(path.resolve())
-            if old is not None and old.id not in loaded:
-                loaded[old.id] = old
-                seen[old.id] = old.source
-                kept.append(old.id)
-                problems.append(f"{exc} (keeping the previous version of {old.id})")
-            else:
-                problems.append(str(exc))
-            continue
-        try:
-            duplicate_id_check(instruction, seen)
-        except DefinitionError as exc:
-            problems.append(f"{exc} (ignoring {path.name})")
-            continue
-        loaded[instruction.id] = instruction
-    return DefinitionSet(instructions=loaded, problems=tuple(problems), kept=tuple(kept))
-
-
-def require_loadable(found: DefinitionSet, directory: Path) -> None:
-    """Refuse a directory where no definition loads: DefinitionError when every file
-    failed to load (a definition failure, exit 1, as for ``run``), ConfigurationError
-    when there is no file at all (a directory to fix, exit 2)."""
-    if found.instructions:
-        return
-    if not found.problems:
-        raise ConfigurationError(
-            f"{directory}: no instruction definition (*.yaml, *.yml) to schedule"
-        )
-    more = len(found.problems) - 1
-    raise DefinitionError(
-        f"{directory}: no loadable instruction definition to schedule: {found.problems[0]}"
-        + (f" (and {more} more file(s))" if more else "")
-        + "; salvagelane check says what is wrong"
-    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -236,7 +132,9 @@ class Service:
 
     ``connector_for`` and ``sinks_for`` build what each run calls (as for
     :class:`~salvagelane.executor.Executor`); ``announce`` prints human lines (the
-    schedule table, standby and stop notices); ``clock`` is the wall clock.
+    schedule table, standby and stop notices), the table as ``render_schedule`` lays it
+    out (without it the leader's banner only counts the instructions); ``clock`` is the
+    wall clock.
     """
 
     def __init__(
@@ -248,6 +146,7 @@ class Service:
         connector_for: ConnectorFactory,
         sinks_for: SinkFactory,
         announce: Announce = lambda line: None,
+        render_schedule: RenderSchedule | None = None,
         clock: Clock = utc_now,
     ) -> None:
         if problem := settings.problem():
@@ -258,6 +157,7 @@ class Service:
         self._connector_for = connector_for
         self._sinks_for = sinks_for
         self._announce = announce
+        self._render_schedule = render_schedule
         self._clock = clock
         self._flags = _Flags()
         self._guard = threading.Lock()
@@ -370,10 +270,11 @@ class Service:
             now = self._clock()
             self._submit(self.recover(now))
             self._submit(self.catch_up(now, scheduler_since=started))
-            self._announce(
-                f"leader: scheduling {len(self._definitions)} instruction(s); next fires:\n"
-                + render_schedule_table(schedule_table(self._definitions.values(), now))
-            )
+            banner = f"leader: scheduling {len(self._definitions)} instruction(s)"
+            if self._render_schedule is not None:
+                rows = schedule_table(self._definitions.values(), now)
+                banner += "; next fires:\n" + self._render_schedule(rows)
+            self._announce(banner)
             while True:
                 self._wait()
                 if self._stopping.is_set():

@@ -107,8 +107,8 @@ hostile_text = st.lists(
 def _renderers() -> dict[str, Callable[[str], str]]:
     """Every function that turns one untrusted string into terminal text."""
     from salvagelane.cli.render import one_line
+    from salvagelane.cli.tables import aligned
     from salvagelane.safe_text import block, line
-    from salvagelane.tables import aligned
 
     return {
         "line": line,

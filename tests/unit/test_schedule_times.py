@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from salvagelane.cli.tables import render_schedule_table
 from salvagelane.definitions import Schedule, load_instruction
 from salvagelane.errors import ConfigurationError
 from salvagelane.scheduler import (
@@ -20,7 +21,6 @@ from salvagelane.scheduler import (
     newest_fire_times,
     next_fire_time,
     plan_catch_up,
-    render_schedule_table,
     schedule_table,
 )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from salvagelane.cli.app import EXIT_INVALID
-from salvagelane.cli.run_commands import database_option
+from salvagelane.cli.options import database_option
 from salvagelane.safe_text import line
 
 

@@ -4,41 +4,29 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from salvagelane.cli.app import EXIT_INVALID, EXIT_USAGE
-from salvagelane.cli.run_commands import (
+from salvagelane.cli.options import (
     database_option,
+    destination_options,
     instructions_option,
     json_option,
-    open_store,
 )
+from salvagelane.cli.render import captured_fixture
+from salvagelane.cli.tables import aligned
+from salvagelane.cli.wiring import open_store
 from salvagelane.safe_text import line
-from salvagelane.tables import aligned
 
 if TYPE_CHECKING:  # the fixtures module pulls in the core and the connectors: not for --help
-    from salvagelane.fixtures import CapturedFixture, FixtureReplay, Replayer
+    from salvagelane.fixtures import FixtureReplay, Replayer
 
 PROGRESS_THRESHOLD = 5
 """More fixtures than this get a progress bar (at a terminal): fewer finish at once."""
-
-
-def destination_options(command: Callable[..., None]) -> Callable[..., None]:
-    """``--to DIR`` and ``--force``: where a command writes a fixture."""
-    command = click.option(
-        "--force", is_flag=True, help="Overwrite the fixture files of a non-empty DIR."
-    )(command)
-    return click.option(
-        "--to",
-        "to",
-        required=True,
-        type=click.Path(file_okay=False, path_type=Path),
-        help="Directory to write the fixture into (created; must be empty unless --force).",
-    )(command)
 
 
 def replayer_for(instructions_dir: Path, *, use_current: bool = False) -> Replayer:
@@ -82,34 +70,7 @@ def capture_command(
 
     with open_store(database, read_only=True) as store:
         captured = capture_run(store, run_id, attempt, to, force=force)
-    echo_captured(captured)
-
-
-def echo_captured(captured: CapturedFixture) -> None:
-    """What ``fixture capture`` and ``quarantine export`` print about a written fixture."""
-    click.echo(f"fixture      {line(str(captured.path))}")
-    click.echo(f"run          {line(captured.run_id)}, attempt {captured.attempt}")
-    click.echo(f"instruction  {line(str(captured.meta.instruction))}")
-    if captured.definition is None:
-        click.echo(
-            "definition   not kept: the run was stored before salvagelane kept definitions; "
-            "replay it with --use-current"
-        )
-    else:
-        click.echo(f"definition   stored {line(captured.definition[:12])} (definition.json)")
-    click.echo(f"finish       {line(captured.meta.finish_reason or '-')}")
-    expected = captured.expected
-    if expected is None:
-        click.echo(
-            f"expected     not recorded: the run stored no report of attempt {captured.attempt}; "
-            f"record today's outcome with: salvagelane replay {line(str(captured.path))} --update"
-        )
-        return
-    reasons = ", ".join(line(str(q.reason)) for q in expected.quarantined) or "none"
-    click.echo(
-        f"expected     {line(str(expected.status))}: {len(expected.items)} item(s) kept, "
-        f"{len(expected.quarantined)} quarantined ({reasons})"
-    )
+    click.echo(captured_fixture(captured))
 
 
 @click.command("replay")

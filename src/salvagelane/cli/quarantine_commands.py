@@ -13,35 +13,33 @@ import io
 import json
 import os
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from salvagelane.cli import render
 from salvagelane.cli.app import EXIT_INVALID
-from salvagelane.cli.fixture_commands import destination_options, echo_captured
-from salvagelane.cli.render import to_json, when
-from salvagelane.cli.run_commands import (
+from salvagelane.cli.options import (
+    by_option,
     database_option,
+    destination_options,
     instructions_option,
     json_option,
-    open_store,
     parse_fire_time,
-    require_known_instruction,
+    use_current_option,
 )
-from salvagelane.cli.versions import use_current_option
+from salvagelane.cli.render import captured_fixture, to_json, when
+from salvagelane.cli.tables import aligned
+from salvagelane.cli.wiring import open_store, require_known_instruction
 from salvagelane.safe_text import block, line, one_line
-from salvagelane.tables import aligned
-from salvagelane.vocabulary import ItemOrigin, ReviewStatus
+from salvagelane.vocabulary import ReviewStatus
 
 if TYPE_CHECKING:  # imported inside the commands: `--help` must not load the store or core
-    from salvagelane.core import AcceptedItem, SalvagePolicy
-    from salvagelane.core.records import CorrectionSignal
+    from salvagelane.review import OperatorInput, Refused
     from salvagelane.store import QuarantineDetail, QuarantineFilter, QuarantineView
-    from salvagelane.store.records import InputDigest
 
 _ERROR_WIDTH = 70
 _SNIPPET_WIDTH = 40
@@ -82,11 +80,6 @@ def _known_reason(text: str) -> str:
     if text not in known:
         raise click.BadParameter(f"expected one of {', '.join(known)}, got {one_line(repr(text))}")
     return text
-
-
-by_option = click.option(
-    "--by", "by", metavar="NAME", help="Who reviews (default: the login name)."
-)
 
 
 @click.group("quarantine")
@@ -266,7 +259,7 @@ def quarantine_export_command(
     with open_store(database, read_only=True) as store:
         held = store.quarantine.get_quarantine(quarantine_id)
         captured = capture_run(store, held.run_id, held.attempt_number, to, force=force)
-    echo_captured(captured)
+    click.echo(captured_fixture(captured))
     click.echo(f"item         #{held.id}: {line(held.reason)} at index {held.source_index}")
 
 
@@ -312,71 +305,37 @@ def quarantine_approve_command(
     changes but the audit trail, the correction signal is printed and the exit status
     is 1.
     """
-    from salvagelane.cli.versions import choose_definition
-    from salvagelane.definitions import review_policy
-    from salvagelane.store import ReportItemRecord
-    from salvagelane.store.review import require_pending, require_report
+    from salvagelane.errors import InputError
+    from salvagelane.review import Refused, approve_quarantined
 
     if [edit, path is not None, from_stdin].count(True) != 1:
         raise click.UsageError(
             "give the corrected item with exactly one of --edit, --file, --stdin"
         )
     actor = _actor(by)
+
+    def read_corrected(detail: QuarantineDetail, cap: int) -> OperatorInput:
+        try:
+            return _corrected_input(detail, path, from_stdin=from_stdin, cap=cap)
+        except InputError as exc:  # not UTF-8
+            where = str(path) if path is not None else "the corrected item"
+            raise click.FileError(where, hint=str(exc)) from exc
+
     with open_store(database) as store:
-        detail = store.quarantine.get_quarantine(quarantine_id)
-        # Refuse before the operator spends time in an editor.
-        require_pending(detail, "approve")
-        require_report(detail)
-        assert detail.report_items is not None  # require_report
-        # The stored id is data: looked up among the operator's definitions, never a path.
-        chosen = choose_definition(
+        verdict = approve_quarantined(
             store,
-            detail.run_id,
-            detail.instruction_id,
-            instructions_dir,
-            use_current=use_current,
-            where=f"quarantined item #{quarantine_id}: instruction",
-        )
-        if chosen.note is not None:
-            click.echo(f"note: {chosen.note}", err=True)
-        definition = chosen.instruction
-        policy = review_policy(definition, trusted=chosen.trusted)
-        given = _corrected_input(
-            detail, path, from_stdin=from_stdin, cap=policy.guardrails.max_bytes
-        )
-        verdict = _judge(given, detail, policy, path)
-        now = datetime.now(UTC)
-        if isinstance(verdict, _Refusal):
-            store.quarantine.record_refused_approval(
-                quarantine_id,
-                received=given.digest,
-                error=verdict.to_json(),
-                actor=actor,
-                note=note,
-                now=now,
-            )
-            _refused(quarantine_id, verdict, as_json=as_json)
-            raise click.exceptions.Exit(EXIT_INVALID)
-        approval = store.quarantine.approve_quarantined(
             quarantine_id,
-            item=ReportItemRecord(
-                source_index=detail.source_index,
-                data=verdict.data,
-                span_start=None,  # the operator's text, not a span of the model's output
-                span_end=None,
-                coercions=[c.to_json() for c in verdict.coercions] or None,
-                origin=ItemOrigin.OPERATOR,
-            ),
-            expected_items=detail.report_items,
+            read_corrected=read_corrected,
+            instructions_dir=instructions_dir,
+            use_current=use_current,
             actor=actor,
             note=note,
-            now=now,
-            audit={
-                "definition_sha256": chosen.definition_sha256,
-                "definition_version": chosen.version,
-                "use_current": use_current,
-            },
+            tell=lambda text: click.echo(f"note: {text}", err=True),
         )
+    if isinstance(verdict, Refused):
+        _refused(verdict, as_json=as_json)
+        raise click.exceptions.Exit(EXIT_INVALID)
+    approval = verdict.approval
     if as_json:
         click.echo(json.dumps(to_json(approval), indent=2, ensure_ascii=False))
         return
@@ -387,97 +346,11 @@ def quarantine_approve_command(
     click.echo(f"run {line(approval.run_id[:8])}: {render.figures_line(approval.run)}")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _OperatorInput:
-    """The operator's corrected item as read: ``data`` (None when it is over the byte cap,
-    so it was never held in memory whole) and its bounded digest for the audit trail."""
-
-    data: bytes | None
-    digest: InputDigest
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Refusal:
-    reason: str
-    signal: CorrectionSignal
-
-    @property
-    def message(self) -> str:
-        return self.signal.message(self.reason)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"reason": self.reason, **self.signal.to_json(), "message": self.message}
-
-
-_CHUNK = 1 << 16
-
-
-def read_bounded(stream: BinaryIO, cap: int) -> _OperatorInput:
-    """Read ``stream`` to its end, hashing all of it but holding at most ``cap`` bytes:
-    an input over the cap comes back without data, only its size, hash and first bytes."""
-    import hashlib  # here, not at the top: _hashlib costs every start about 4 ms
-
-    from salvagelane.store.records import InputDigest
-    from salvagelane.store.review import INPUT_HEAD_BYTES
-
-    digest = hashlib.sha256()
-    kept = bytearray()
-    size = 0
-    over = False
-    while chunk := stream.read(_CHUNK):
-        digest.update(chunk)
-        size += len(chunk)
-        if not over:
-            kept += chunk
-            if len(kept) > cap:
-                over = True
-                del kept[INPUT_HEAD_BYTES:]
-    head = bytes(kept[:INPUT_HEAD_BYTES])
-    return _OperatorInput(
-        data=None if over else bytes(kept),
-        digest=InputDigest(
-            size=size,
-            sha256=digest.hexdigest(),
-            head=head.decode("utf-8", "replace"),
-            clipped=size > len(head),
-        ),
-    )
-
-
-def _judge(
-    given: _OperatorInput, detail: QuarantineDetail, policy: SalvagePolicy, path: Path | None
-) -> AcceptedItem | _Refusal:
-    """The guardrails' verdict on the operator's item, as on a model's: an input over the
-    byte cap is refused unread, as model output over it is never scanned."""
-    from salvagelane.core import QuarantinedItem, check_item
-    from salvagelane.core.records import CorrectionSignal
-    from salvagelane.store.review import INPUT_HEAD_BYTES
-
-    cap = policy.guardrails.max_bytes
-    if given.data is None:
-        signal = CorrectionSignal(
-            code="oversize",
-            path="$",
-            expected=f"at most {cap} bytes (the instruction's max_output_bytes)",
-            received=f"{given.digest.size} bytes",
-            detail=(
-                f"not parsed; the audit trail keeps its size, SHA-256 and first "
-                f"{INPUT_HEAD_BYTES} bytes"
-            ),
-        )
-        return _Refusal(reason="oversize", signal=signal)
-    assert detail.report_items is not None  # require_report
-    verdict = check_item(
-        _decoded(given.data, path), policy, kept=detail.report_items, index=detail.source_index or 0
-    )
-    if isinstance(verdict, QuarantinedItem):
-        return _Refusal(reason=str(verdict.reason), signal=verdict.error)
-    return verdict
-
-
 def _corrected_input(
     detail: QuarantineDetail, path: Path | None, *, from_stdin: bool, cap: int
-) -> _OperatorInput:
+) -> OperatorInput:
+    from salvagelane.review import read_bounded
+
     if path is not None:
         try:
             with path.open("rb") as stream:
@@ -496,22 +369,12 @@ def _corrected_input(
     return read_bounded(io.BytesIO(edited.encode("utf-8", "surrogatepass")), cap)
 
 
-def _decoded(data: bytes, path: Path | None) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        from salvagelane.errors import not_utf8
-
-        where = str(path) if path is not None else "the corrected item"
-        raise click.FileError(where, hint=f"not UTF-8 text: {not_utf8(exc)}") from exc
-
-
-def _refused(quarantine_id: int, refusal: _Refusal, *, as_json: bool) -> None:
+def _refused(refusal: Refused, *, as_json: bool) -> None:
     signal = refusal.signal
     if as_json:
         document = {
             "approved": False,
-            "quarantine_id": quarantine_id,
+            "quarantine_id": refusal.quarantine_id,
             "reason": refusal.reason,
             "error": {**signal.to_json(), "message": refusal.message},
         }
@@ -519,7 +382,7 @@ def _refused(quarantine_id: int, refusal: _Refusal, *, as_json: bool) -> None:
         return
     # The received value is the operator's text, often pasted from the model's output.
     lines = [
-        f"approval of #{quarantine_id} refused by the guardrails (nothing changed):",
+        f"approval of #{refusal.quarantine_id} refused by the guardrails (nothing changed):",
         f"  reason    {line(refusal.reason)}",
         f"  path      {line(signal.path)}",
         f"  expected  {line(signal.expected)}",

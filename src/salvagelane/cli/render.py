@@ -8,13 +8,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from salvagelane.cli.tables import aligned
 from salvagelane.errors import NotFoundError
 from salvagelane.safe_text import line, one_line
-from salvagelane.tables import aligned
 from salvagelane.vocabulary import OPEN_DELIVERY_STATUSES, DeliveryStatus, ItemOrigin, OutputCut
 
 if TYPE_CHECKING:  # annotations only: rendering must not pull in the store or httpx
     from salvagelane.delivery import Redelivery
+    from salvagelane.fixtures import CapturedFixture
     from salvagelane.sinks import DeliveryOutcome
     from salvagelane.store import AttemptView, RunDetail, RunSummary, SinkDeliveryView
 
@@ -360,3 +361,30 @@ def raw_output(detail: RunDetail, number: int) -> str:
     raise NotFoundError(
         f"run {detail.id}: no attempt {number}; expected 1 to {len(detail.attempts)}"
     )
+
+
+def captured_fixture(captured: CapturedFixture) -> str:
+    """What ``fixture capture`` and ``quarantine export`` print about a written fixture."""
+    lines = [
+        f"fixture      {line(str(captured.path))}",
+        f"run          {line(captured.run_id)}, attempt {captured.attempt}",
+        f"instruction  {line(str(captured.meta.instruction))}",
+        "definition   not kept: the run was stored before salvagelane kept definitions; "
+        "replay it with --use-current"
+        if captured.definition is None
+        else f"definition   stored {line(captured.definition[:12])} (definition.json)",
+        f"finish       {line(captured.meta.finish_reason or '-')}",
+    ]
+    expected = captured.expected
+    if expected is None:
+        lines.append(
+            f"expected     not recorded: the run stored no report of attempt {captured.attempt}; "
+            f"record today's outcome with: salvagelane replay {line(str(captured.path))} --update"
+        )
+    else:
+        reasons = ", ".join(line(str(q.reason)) for q in expected.quarantined) or "none"
+        lines.append(
+            f"expected     {line(str(expected.status))}: {len(expected.items)} item(s) kept, "
+            f"{len(expected.quarantined)} quarantined ({reasons})"
+        )
+    return "\n".join(lines)

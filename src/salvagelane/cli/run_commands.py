@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,128 +13,22 @@ import click
 
 from salvagelane.cli import render
 from salvagelane.cli.app import EXIT_INVALID
-from salvagelane.cli.versions import use_current_option
-from salvagelane.errors import NotFoundError, SalvagelaneError
+from salvagelane.cli.options import (
+    database_option,
+    instructions_option,
+    json_option,
+    parse_fire_time,
+    use_current_option,
+)
+from salvagelane.cli.wiring import open_store, require_known_instruction, wired
+from salvagelane.errors import SalvagelaneError
 from salvagelane.safe_text import block, line
 from salvagelane.vocabulary import RunStatus, Trigger
 
 if TYPE_CHECKING:  # imported lazily at run time: `salvage` and `check` never need them
-    import httpx
-
     from salvagelane.definitions import Instruction
     from salvagelane.errors import DuplicateFireError
-    from salvagelane.sinks import Sink
-    from salvagelane.store import DeliveryRun, RunSummary, Store
-
-DATABASE_HELP = (
-    "Database URL (sqlite:///file.db or postgresql://...). "
-    "Default: $SALVAGELANE_DATABASE_URL, else sqlite:///salvagelane.db."
-)
-INSTRUCTIONS_HELP = "Directory of instruction definitions."
-
-database_option = click.option("--database", "database", metavar="URL", help=DATABASE_HELP)
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
-instructions_option = click.option(
-    "--instructions",
-    "instructions_dir",
-    default="instructions",
-    show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help=INSTRUCTIONS_HELP,
-)
-
-
-@contextmanager
-def open_store(database: str | None, *, read_only: bool = False) -> Iterator[Store]:
-    """The store at ``database`` (or the environment's default), upgraded if new, with
-    the model outputs spooled while it refused them imported.
-
-    ``read_only`` (the commands that only read, listed in the README): the database is
-    opened read-only, never created, migrated or fed the spool; a missing SQLite file is
-    "no database at PATH" (exit 2).
-
-    A database that keeps nothing (in-memory SQLite) is refused by the store's URL check
-    (DatabaseUrlError, exit 2), for every command, before anything runs."""
-    from salvagelane import environment
-    from salvagelane.store import Store
-
-    url = environment.database_url(database)
-    with Store.open(url, read_only=read_only) as store:
-        if not read_only:
-            recover_spooled(store, url)
-        yield store
-
-
-def recover_spooled(store: Store, url: str) -> None:
-    """Import the outputs spooled for ``store`` (at ``url``) before a command's own work.
-
-    Never fatal: what cannot be imported stays in the spool, is logged, and
-    ``salvagelane db recover`` reports it.
-    """
-    from salvagelane import environment
-    from salvagelane.errors import SpoolError, StoreError
-    from salvagelane.logs import get_logger
-    from salvagelane.store.spool import Spool, recover
-
-    log = get_logger("salvagelane.spool")
-    try:
-        spool = Spool(environment.spool_dir(url))
-        recovery = recover(store, spool)
-    except (SpoolError, StoreError) as exc:
-        log.warning("spool.not_recovered", error=str(exc))
-        return
-    for done in recovery.files:
-        if done.entry is not None and done.removed:
-            log.info(
-                f"spool.{done.outcome}",
-                run_id=done.entry.run_id,
-                attempt=done.entry.number,
-                spool_file=str(done.path),
-            )
-        elif not done.other_database:
-            log.warning("spool.kept", spool_file=str(done.path), problem=done.problem)
-
-
-def require_known_instruction(store: Store, instruction_id: str) -> None:
-    """A filter's instruction id, refused (exit 2) unless some stored run has it: a typo
-    must not read as "nothing stored". The known ids are listed."""
-    from salvagelane.definitions.ids import shown
-
-    known = store.instruction_ids()
-    if instruction_id in known:
-        return
-    listed = ", ".join(line(known_id) for known_id in known)
-    raise click.BadParameter(
-        f"no stored run has instruction {shown(instruction_id)}; "
-        + (
-            f"instructions with stored runs in {line(store.url)}: {listed}"
-            if known
-            else f"{line(store.url)} holds no runs yet"
-        ),
-        param_hint="'--instruction'",
-    )
-
-
-def instruction_from_argument(reference: str, directory: Path) -> Instruction:
-    """The definition named by INSTRUCTION as the operator typed it: a path to a YAML file
-    (trusted: the operator chose it), else an id looked up in ``directory``.
-
-    Only for the command line. An id read from a file or the database (a fixture's
-    meta.json, a stored run) goes through :func:`salvagelane.definitions.ids.instruction_by_id`,
-    which never takes a path.
-    """
-    from salvagelane.definitions import load_instruction
-    from salvagelane.definitions.ids import instruction_by_id, is_instruction_id, shown
-
-    as_path = Path(reference)
-    if as_path.suffix in {".yaml", ".yml"} and as_path.is_file():
-        return load_instruction(as_path)
-    if not is_instruction_id(reference):
-        raise NotFoundError(
-            f"INSTRUCTION: expected the id of a definition in {directory}/ or an existing "
-            f".yaml or .yml file, got {shown(reference)}"
-        )
-    return instruction_by_id(reference, directory)
+    from salvagelane.store import RunSummary, Store
 
 
 @click.command("run")
@@ -194,12 +87,10 @@ def run_command(
     is marked interrupted, and the fire's one retry runs. The time must be a fire time
     of the instruction's schedule (its cron in its time zone), unless --force.
     """
-    import httpx
-
-    from salvagelane.connectors import ReplayConnector, build_connector
+    from salvagelane.connectors import ReplayConnector
+    from salvagelane.definitions.ids import instruction_from_argument
     from salvagelane.errors import DuplicateFireError
     from salvagelane.executor import Executor
-    from salvagelane.sinks import build_sinks
 
     if force and scheduled_for is None:
         raise click.UsageError("--force goes with --scheduled-for: it forces a fire time")
@@ -211,17 +102,8 @@ def run_command(
         trigger = Trigger.REPLAY
     else:
         trigger = Trigger.MANUAL if scheduled_for is None else Trigger.SCHEDULE
-    with open_store(database) as store, httpx.Client() as client:
-        executor = Executor(
-            store,
-            connector_for=lambda spec: build_connector(
-                spec.connector,
-                client=client,
-                deadline_seconds=spec.schedule.deadline_seconds,
-                replay=replay,
-            ),
-            sinks_for=lambda spec: build_sinks(spec.sinks, client=client),
-        )
+    with open_store(database) as store, wired(replay=replay) as wiring:
+        executor = Executor(store, connector_for=wiring.connector_for, sinks_for=wiring.sinks_for)
         try:
             try:
                 outcome = executor.run(
@@ -293,22 +175,6 @@ def _off_schedule(definition: Instruction, moment: datetime, *, force: bool) -> 
 
 def _utc(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def parse_fire_time(text: str) -> datetime:
-    """An ISO 8601 timestamp with a zone, as UTC; click.BadParameter otherwise."""
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise click.BadParameter(
-            f"expected an ISO 8601 timestamp such as 2026-11-21T05:20:00Z, got {text!r}"
-        ) from exc
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise click.BadParameter(
-            f"expected a timestamp with a zone (Z or +01:00), got {text!r}: a fire time "
-            "without one would mean different fires on different hosts"
-        )
-    return moment.astimezone(UTC)
 
 
 def _report_duplicate(
@@ -438,11 +304,9 @@ def runs_redeliver_command(
     in --instructions. Prints one line per delivery. Exit 0 when every delivery was
     delivered, 1 when any failed (or could not be tried), 2 on a usage error.
     """
-    import httpx
-
+    from salvagelane.cli.wiring import DefinitionSinks
     from salvagelane.delivery import deliver_report, redeliver_open
     from salvagelane.logs import bound
-    from salvagelane.sinks import build_sinks
 
     if (run_id is None) == (not pending):
         raise click.UsageError("expected a RUN_ID or --pending (one of them)")
@@ -451,9 +315,9 @@ def runs_redeliver_command(
             "--use-current applies to RUN_ID: --pending delivers each delivery to the sink "
             "its run wrote it for"
         )
-    with open_store(database) as store, httpx.Client() as client:
+    with open_store(database) as store, wired() as wiring:
         if pending:
-            definitions = _DefinitionSinks(instructions_dir, client)
+            definitions = DefinitionSinks(instructions_dir, wiring.sinks_for)
             tried = delivered = 0
             for result in redeliver_open(store, sinks_for_run=definitions.sinks_for_run):
                 click.echo(render.redelivery_line(result))
@@ -468,9 +332,7 @@ def runs_redeliver_command(
                 store, detail.id, detail.instruction_id, instructions_dir, use_current=use_current
             )
             with bound(run_id=detail.id, instruction=definition.id):
-                deliveries = deliver_report(
-                    store, detail.id, build_sinks(definition.sinks, client=client)
-                )
+                deliveries = deliver_report(store, detail.id, wiring.sinks_for(definition))
             for delivery in deliveries:
                 click.echo(render.delivery_line(delivery))
             failed = not all(delivery.ok for delivery in deliveries)
@@ -484,7 +346,7 @@ def _sinks_definition(
     """The definition whose sinks ``runs redeliver RUN_ID`` delivers to: the operator's
     own (only it may say where a report goes), once it is known to name the sinks of
     the version the run was made with, or whatever it names with ``use_current``."""
-    from salvagelane.cli.versions import choose_definition
+    from salvagelane.run_definitions import choose_definition
 
     where = f"run {run_id}: instruction"
     chosen = choose_definition(
@@ -541,28 +403,3 @@ def _sinks_text(sinks: list[object]) -> str:
             where = str(entry.get("path") or entry.get("callable"))
         shown.append(f"{kind} {where}")
     return line(", ".join(shown))
-
-
-class _DefinitionSinks:
-    """The sinks of each run's instruction, from the definitions in a directory (each
-    definition loaded once)."""
-
-    def __init__(self, directory: Path, client: httpx.Client) -> None:
-        self._directory = directory
-        self._client = client
-        self._sinks: dict[str, list[Sink] | str] = {}
-
-    def sinks_for_run(self, run: DeliveryRun) -> list[Sink]:
-        from salvagelane.definitions.ids import instruction_by_id
-        from salvagelane.sinks import build_sinks
-
-        if run.instruction_id not in self._sinks:
-            try:
-                definition = instruction_by_id(run.instruction_id, self._directory)
-                self._sinks[run.instruction_id] = build_sinks(definition.sinks, client=self._client)
-            except SalvagelaneError as exc:
-                self._sinks[run.instruction_id] = str(exc)
-        found = self._sinks[run.instruction_id]
-        if isinstance(found, str):
-            raise NotFoundError(found)
-        return found

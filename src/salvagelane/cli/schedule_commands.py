@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from salvagelane.cli.run_commands import instructions_option
+from salvagelane.cli.options import instructions_option
+from salvagelane.cli.tables import render_schedule_table
 
 
 @click.command("schedule")
@@ -19,7 +20,7 @@ def schedule_command(instructions_dir: Path) -> None:
     directory is missing.
     """
     from salvagelane.definitions import load_instructions
-    from salvagelane.scheduler import render_schedule_table, schedule_table
+    from salvagelane.scheduler import schedule_table
 
     instructions = load_instructions(instructions_dir)
     click.echo(render_schedule_table(schedule_table(instructions, datetime.now(UTC))))

@@ -11,11 +11,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from salvagelane.cli.run_commands import database_option, instructions_option, recover_spooled
+from salvagelane.cli.options import database_option, instructions_option
+from salvagelane.cli.tables import render_schedule_table
+from salvagelane.cli.wiring import loadable_definitions, recover_spooled, wired
 from salvagelane.safe_text import block
+from salvagelane.serve_settings import DEFAULT_SETTINGS as DEFAULTS
+from salvagelane.serve_settings import ServeSettings
 
 if TYPE_CHECKING:
-    from salvagelane.service import ServeSettings
     from salvagelane.store import LeaderLock
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -26,7 +29,7 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 @database_option
 @click.option(
     "--shutdown-timeout",
-    default=30.0,
+    default=DEFAULTS.shutdown_timeout_seconds,
     show_default=True,
     type=click.FloatRange(min=0),
     metavar="SECONDS",
@@ -36,7 +39,7 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 @click.option(
     "--poll",
     "poll_seconds",
-    default=5.0,
+    default=DEFAULTS.poll_seconds,
     show_default=True,
     type=click.FloatRange(min=0, min_open=True),
     metavar="SECONDS",
@@ -46,7 +49,7 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 @click.option(
     "--heartbeat",
     "heartbeat_seconds",
-    default=15.0,
+    default=DEFAULTS.heartbeat_seconds,
     show_default=True,
     type=click.FloatRange(min=0, min_open=True),
     metavar="SECONDS",
@@ -55,7 +58,7 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 @click.option(
     "--stale-after",
     "stale_after_seconds",
-    default=60.0,
+    default=DEFAULTS.stale_after_seconds,
     show_default=True,
     type=click.FloatRange(min=0, min_open=True),
     metavar="SECONDS",
@@ -64,7 +67,7 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 )
 @click.option(
     "--max-workers",
-    default=4,
+    default=DEFAULTS.max_workers,
     show_default=True,
     type=click.IntRange(min=1),
     help="Runs of different instructions that may execute at once.",
@@ -90,7 +93,6 @@ def serve_command(
     SIGHUP reloads the definitions; one that no longer loads keeps its previous version.
     """
     from salvagelane import environment
-    from salvagelane.service import ServeSettings, load_definitions, require_loadable
     from salvagelane.store import PostgresLeaderLock, SqliteServeLock, leader_lock_for
 
     url = environment.database_url(database)
@@ -109,7 +111,7 @@ def serve_command(
         raise click.UsageError(f"serve: {problem}")
     # A directory where nothing loads is refused before the lock file or the database is
     # touched (the service loads them again, reporting each problem, before its banner).
-    require_loadable(load_definitions(instructions_dir), instructions_dir)
+    loadable_definitions(instructions_dir)
     if isinstance(lock, SqliteServeLock):
         # A second serve on one SQLite file is refused (ServeLockedError, exit 2) before it
         # opens the database, imports the spool or prints anything as if it had started.
@@ -121,28 +123,23 @@ def serve_command(
 
 
 def _serve(settings: ServeSettings, url: str, lock: LeaderLock, instructions_dir: Path) -> None:
-    import httpx
-
-    from salvagelane.connectors import build_connector
     from salvagelane.service import Service
-    from salvagelane.sinks import build_sinks
     from salvagelane.store import Store
 
     def announce(text: str) -> None:
         click.echo(block(text))  # may quote a definition's file or a database error
         sys.stdout.flush()  # a pipe (a supervisor, a test) sees each line as it happens
 
-    with Store.open(url) as store, httpx.Client() as client:
+    with Store.open(url) as store, wired() as wiring:
         recover_spooled(store, url)
         service = Service(
             settings,
             store=store,
             lock=lock,
-            connector_for=lambda spec: build_connector(
-                spec.connector, client=client, deadline_seconds=spec.schedule.deadline_seconds
-            ),
-            sinks_for=lambda spec: build_sinks(spec.sinks, client=client),
+            connector_for=wiring.connector_for,
+            sinks_for=wiring.sinks_for,
             announce=announce,
+            render_schedule=render_schedule_table,
         )
         # Before the banner: a directory where nothing loads stops here, not after
         # "salvagelane serve: ..." has told a supervisor that it started.

@@ -24,11 +24,12 @@ from __future__ import annotations
 from salvagelane.definitions.context import (
     resolve_allow_lists,
     resolve_context,
-    review_policy,
+    salvage_policy_for,
     snapshot_for_run,
     with_snapshot,
 )
 from salvagelane.definitions.cron import cron_problem
+from salvagelane.definitions.directory import DefinitionSet, load_definitions, require_loadable
 from salvagelane.definitions.loading import (
     CheckedInstruction,
     check_instruction,
@@ -78,6 +79,7 @@ __all__ = [
     "Connector",
     "ConnectorKind",
     "ContextSource",
+    "DefinitionSet",
     "DefinitionSnapshot",
     "FileChange",
     "GuardrailSpec",
@@ -97,14 +99,16 @@ __all__ = [
     "describe_differences",
     "differences",
     "duplicate_id_check",
+    "load_definitions",
     "load_instruction",
     "load_instructions",
     "load_stored",
     "output_contract",
     "render_prompt",
+    "require_loadable",
     "resolve_allow_lists",
     "resolve_context",
-    "review_policy",
+    "salvage_policy_for",
     "snapshot_for_run",
     "with_snapshot",
 ]

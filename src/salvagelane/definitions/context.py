@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib
 import json
 import math
 from collections.abc import Callable, Collection, Mapping
@@ -11,6 +10,7 @@ from dataclasses import replace
 from pathlib import PurePosixPath
 from typing import Any
 
+from salvagelane.callables import CallableProblem, resolve_callable, split_reference
 from salvagelane.core import SalvagePolicy
 from salvagelane.core.strict import Unparsable, parse_item
 from salvagelane.definitions.model import Instruction
@@ -22,7 +22,7 @@ from salvagelane.definitions.snapshot import (
     StoredFiles,
 )
 from salvagelane.definitions.yaml_source import MAX_NODES, YamlProblem, parse_yaml
-from salvagelane.errors import ConfigurationError, not_utf8
+from salvagelane.errors import ConfigurationError, UnresolvedCallableError, not_utf8
 from salvagelane.loading import allow_list_values
 
 _MAX_CONTEXT_FILE_BYTES = 16 * 1024 * 1024
@@ -49,7 +49,7 @@ def resolve_context(
     A callable imports and runs code. With ``run_callables=False`` (``check`` without
     ``--resolve``) its entry is left out: nothing is imported, nothing runs. The
     callables of a stored definition (:func:`~salvagelane.definitions.loading.load_stored`)
-    never run: DefinitionError (see :func:`review_policy`).
+    never run: DefinitionError (see :func:`salvage_policy_for`).
     """
     values: dict[str, Any] = {}
     for name, entry in instruction.context.items():
@@ -114,32 +114,24 @@ def _context_file(instruction: Instruction, name: str, text: str) -> Any:
 
 def _context_call(instruction: Instruction, name: str, target: str, args: Mapping[str, Any]) -> Any:
     where: PathParts = ("context", name, "callable")
-    module_name, _, qualname = target.partition(":")
     try:
-        found: Any = importlib.import_module(module_name)
-    except Exception as exc:
-        raise fail(
-            instruction,
-            where,
-            f"expected an importable module, got {json.dumps(module_name)} "
-            f"({type(exc).__name__}: {exc})",
-        ) from exc
-    for attribute in qualname.split("."):
-        if not hasattr(found, attribute):
-            raise fail(
-                instruction,
-                where,
-                f"expected {json.dumps(target)} to name a callable, "
-                f"got no attribute {json.dumps(attribute)}",
+        function = resolve_callable(target)
+    except UnresolvedCallableError as exc:
+        if exc.problem == CallableProblem.MODULE:
+            cause = exc.__cause__
+            module_name, _ = split_reference(target)
+            problem = (
+                f"expected an importable module, got {json.dumps(module_name)} "
+                f"({type(cause).__name__}: {cause})"
             )
-        found = getattr(found, attribute)
-    if not callable(found):
-        raise fail(
-            instruction,
-            where,
-            f"expected {json.dumps(target)} to be callable, got a {type(found).__name__}",
-        )
-    function: Callable[..., Any] = found
+        elif exc.problem == CallableProblem.ATTRIBUTE:
+            problem = (
+                f"expected {json.dumps(target)} to name a callable, "
+                f"got no attribute {json.dumps(exc.part)}"
+            )
+        else:
+            problem = f"expected {json.dumps(target)} to be callable, got a {exc.part}"
+        raise fail(instruction, where, problem) from exc.__cause__
     try:
         result = function(**copy.deepcopy(dict(args)))
     except Exception as exc:
@@ -291,13 +283,19 @@ TrustedDefinition = Callable[[], Instruction]
 SalvagelaneError saying why there is none."""
 
 
-def review_policy(
-    instruction: Instruction, *, trusted: TrustedDefinition | None = None
+def salvage_policy_for(
+    instruction: Instruction,
+    *,
+    context: Mapping[str, Any] | None = None,
+    trusted: TrustedDefinition | None = None,
 ) -> SalvagePolicy:
-    """The salvage policy that checks an item again (``quarantine approve``, ``replay``):
-    the definition's, with its allow-lists resolved from the context entries they name,
-    and only those (a prompt's other context, such as today's date from a service, has
-    no say over an item).
+    """The salvage policy of ``instruction``: the core's, with its allow-lists resolved.
+    The one place a policy is built from a definition.
+
+    A run passes the ``context`` it resolved for its prompt. Checking an item again
+    (``quarantine approve``, ``replay``) passes none: the allow-lists are resolved from
+    the context entries they name, and only those (a prompt's other context, such as
+    today's date from a service, has no say over an item).
 
     A stored definition (:func:`~salvagelane.definitions.loading.load_stored`) is data:
     a context callable an allow-list needs runs only when ``trusted()``, the operator's
@@ -305,12 +303,21 @@ def review_policy(
     and then it runs as the operator's definition would run it. Otherwise, or when there
     is no such definition, DefinitionError saying so.
     """
+    if context is None:
+        context = _allow_list_context(instruction, trusted)
+    return instruction.salvage_policy(resolve_allow_lists(instruction, context))
+
+
+def _allow_list_context(
+    instruction: Instruction, trusted: TrustedDefinition | None
+) -> dict[str, Any]:
+    """The context entries the allow-lists of ``instruction`` name, resolved (see
+    :func:`salvage_policy_for` for a stored definition's callables)."""
     from salvagelane.errors import SalvagelaneError
 
     needed = {spec.context for spec in instruction.guardrails.allow_lists if spec.context}
     if instruction.stored_sha256 is None:
-        context = resolve_context(instruction, only=needed)
-        return instruction.salvage_policy(resolve_allow_lists(instruction, context))
+        return resolve_context(instruction, only=needed)
     context = resolve_context(instruction, run_callables=False, only=needed)
     for name in sorted(needed):
         source = instruction.context.get(name)
@@ -342,4 +349,4 @@ def review_policy(
                 "use --use-current to check against that definition instead",
             )
         context.update(resolve_context(own, only={name}))
-    return instruction.salvage_policy(resolve_allow_lists(instruction, context))
+    return context

@@ -10,8 +10,8 @@ directory, never opened as a path. Loading a definition there runs none of its c
 got back, which is then one of the operator's own).
 
 What an operator types as INSTRUCTION on the command line is trusted and may be a path:
-that is ``salvagelane.cli.run_commands.instruction_from_argument``, and nothing read
-from a file or the database goes through it.
+that is :func:`instruction_from_argument`, and nothing read from a file or the database
+goes through it.
 """
 
 from __future__ import annotations
@@ -109,3 +109,24 @@ def shown(value: object) -> str:
 
 def _ascii_json(value: object) -> str:
     return json.dumps(value, ensure_ascii=True).replace("\x7f", "\\u007f")
+
+
+def instruction_from_argument(reference: str, directory: Path) -> Instruction:
+    """The definition named by INSTRUCTION as the operator typed it: a path to a YAML file
+    (trusted: the operator chose it), else an id looked up in ``directory``.
+
+    Only for the command line. An id read from a file or the database (a fixture's
+    meta.json, a stored run) goes through :func:`instruction_by_id`, which never takes a
+    path.
+    """
+    from salvagelane.definitions.loading import load_instruction
+
+    as_path = Path(reference)
+    if as_path.suffix in {".yaml", ".yml"} and as_path.is_file():
+        return load_instruction(as_path)
+    if not is_instruction_id(reference):
+        raise NotFoundError(
+            f"INSTRUCTION: expected the id of a definition in {directory}/ or an existing "
+            f".yaml or .yml file, got {shown(reference)}"
+        )
+    return instruction_by_id(reference, directory)

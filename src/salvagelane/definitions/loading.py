@@ -92,7 +92,7 @@ def load_stored(snapshot: DefinitionSnapshot) -> Instruction:
     A snapshot is data from a database or a fixture. Nothing it names is resolved as a
     path: its connector's fixture is not kept and its sinks are left out (a stored copy
     never says where a report goes); context callables are kept by name, and run only
-    when a trusted definition names them too (see :func:`review_policy`).
+    when a trusted definition names them too (see :func:`salvage_policy_for`).
     """
     source = f"{snapshot.name} (stored {snapshot.sha256[:12]})"
     size = len(snapshot.text.encode("utf-8", "surrogatepass"))

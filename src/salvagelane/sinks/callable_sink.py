@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import copy
-import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from salvagelane.errors import ConfigurationError, SinkError
+from salvagelane.callables import CallableProblem, resolve_callable
+from salvagelane.errors import ConfigurationError, SinkError, UnresolvedCallableError
 
 Deliver = Callable[[dict[str, Any]], object]
 """What a callable sink calls: one argument, the payload; the return value is ignored."""
@@ -55,29 +55,24 @@ class CallableSink:
     def _resolve(self) -> Deliver:
         """The function, imported now; SinkError saying what is missing."""
         try:
-            found: Any = importlib.import_module(self._module)
-        except Exception as exc:
+            function: Deliver = resolve_callable(self._reference)
+        except UnresolvedCallableError as exc:
+            if exc.problem == CallableProblem.MODULE:
+                cause = exc.__cause__
+                problem = (
+                    f"expected an importable module {self._module!r}, "
+                    f"got {type(cause).__name__}: {cause}"
+                )
+            elif exc.problem == CallableProblem.ATTRIBUTE:
+                problem = (
+                    f"expected {self._module!r} to have {'.'.join(self._attributes)!r}, "
+                    f"got no attribute {exc.part!r}"
+                )
+            else:
+                problem = f"expected a callable, got a {exc.part}"
             raise SinkError(
-                f"callable sink {self._reference}: expected an importable module "
-                f"{self._module!r}, got {type(exc).__name__}: {exc}",
-                target=self._reference,
-            ) from exc
-        for attribute in self._attributes:
-            try:
-                found = getattr(found, attribute)
-            except AttributeError as exc:
-                raise SinkError(
-                    f"callable sink {self._reference}: expected {self._module!r} to have "
-                    f"{'.'.join(self._attributes)!r}, got no attribute {attribute!r}",
-                    target=self._reference,
-                ) from exc
-        if not callable(found):
-            raise SinkError(
-                f"callable sink {self._reference}: expected a callable, "
-                f"got a {type(found).__name__}",
-                target=self._reference,
-            )
-        function: Deliver = found
+                f"callable sink {self._reference}: {problem}", target=self._reference
+            ) from (exc.__cause__ or exc)
         return function
 
     def __repr__(self) -> str:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from salvagelane.safe_text import line
+
+if TYPE_CHECKING:  # the scheduler imports APScheduler: not for a command that only prints
+    from salvagelane.scheduler import ScheduleRow
 
 
 def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
@@ -22,3 +26,20 @@ def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in cells
     ]
+
+
+def render_schedule_table(rows: Sequence[ScheduleRow]) -> str:
+    """``salvagelane schedule`` (and ``serve``'s banner): one aligned line per instruction."""
+    if not rows:
+        return "no instructions"
+    header = ("INSTRUCTION", "CRON", "TIMEZONE", "NEXT (UTC)", "NEXT (LOCAL)")
+    lines = [header]
+    for row in rows:
+        utc = "never" if row.next_fire_utc is None else f"{row.next_fire_utc:%Y-%m-%d %H:%M:%S}"
+        local = (
+            "never"
+            if row.next_fire_local is None
+            else f"{row.next_fire_local:%Y-%m-%d %H:%M:%S %Z}"
+        )
+        lines.append((row.instruction_id, row.cron, row.timezone, utc, local))
+    return "\n".join(aligned(lines))

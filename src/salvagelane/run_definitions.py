@@ -1,14 +1,16 @@
-"""Which version of a definition a command about a stored run uses: the run's own.
+"""Which version of a definition a command about a stored run uses.
 
 ``quarantine approve`` and ``runs redeliver`` act on a run made with some version of its
 instruction's definition, which the store kept (the YAML text and the files it names).
 They use that version, rebuilt from the stored copy without touching the filesystem; the
 definitions directory's current one only with ``--use-current``, and then they say what
 differs. A run stored before definitions were kept has no version to use: the command
-asks for ``--use-current`` (exit 2).
+asks for ``--use-current`` (ConfigurationError, exit 2).
 
 A stored copy is data from the database: it decides how an item is checked, never which
-code runs or where a report goes (see docs/adr/0004-instruction-definitions.md).
+code runs or where a report goes (see docs/adr/0004-instruction-definitions.md). This
+module reads the store, so it sits above it; comparing versions is
+:mod:`salvagelane.definitions.versions`.
 """
 
 from __future__ import annotations
@@ -16,24 +18,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import click
-
+from salvagelane.definitions import Instruction
+from salvagelane.definitions.ids import instruction_by_id, require_instruction_id
+from salvagelane.definitions.loading import load_stored
+from salvagelane.definitions.snapshot import DefinitionSnapshot
+from salvagelane.definitions.versions import checked_snapshot, what_differs
+from salvagelane.errors import ConfigurationError, InputError
 from salvagelane.safe_text import line
-
-if TYPE_CHECKING:
-    from salvagelane.definitions import DefinitionSnapshot, Instruction
-    from salvagelane.store import DefinitionRecord, Store
-
-USE_CURRENT_HELP = (
-    "Use the current definition in --instructions instead of the version the run was "
-    "made with (the command says what differs)."
-)
-
-use_current_option = click.option(
-    "--use-current", "use_current", is_flag=True, help=USE_CURRENT_HELP
-)
+from salvagelane.store import DefinitionRecord, Store
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -59,9 +52,6 @@ class ChosenDefinition:
 def snapshot_of(record: DefinitionRecord, *, where: str) -> DefinitionSnapshot:
     """The snapshot a stored definition holds, checked against the version that names it;
     InputError (exit 2) otherwise: the database was changed by something else."""
-    from salvagelane.definitions.versions import checked_snapshot
-    from salvagelane.errors import InputError
-
     try:
         return checked_snapshot(record.content, record.sha256, where=where)
     except ValueError as exc:
@@ -79,11 +69,6 @@ def choose_definition(
 ) -> ChosenDefinition:
     """The definition to use for run ``run_id`` of ``instruction_id`` (read from the
     database: an id, looked up only among the definitions in ``instructions_dir``)."""
-    from salvagelane.definitions import load_stored
-    from salvagelane.definitions.ids import instruction_by_id, require_instruction_id
-    from salvagelane.definitions.versions import what_differs
-    from salvagelane.errors import InputError
-
     valid = require_instruction_id(instruction_id, where=where, directory=instructions_dir)
     found: list[Instruction] = []
 
@@ -111,7 +96,7 @@ def choose_definition(
     if record is not None:
         snapshot = snapshot_of(record, where=f"run {run_id[:8]}")
     if snapshot is None:
-        raise click.UsageError(
+        raise ConfigurationError(
             f"run {run_id[:8]} was stored before salvagelane kept the definition each run "
             f"uses (database revision 0006), so the version of {valid} it was made with is "
             f"unknown: pass --use-current to use the current one in {instructions_dir}/"

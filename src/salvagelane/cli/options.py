@@ -1,0 +1,70 @@
+"""The options several commands share, and the parsers of their values.
+
+Only click and the standard library here: every command module imports this at its top,
+and ``--help`` must stay cheap (docs/adr/0008-command-line-start-up.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+DATABASE_HELP = (
+    "Database URL (sqlite:///file.db or postgresql://...). "
+    "Default: $SALVAGELANE_DATABASE_URL, else sqlite:///salvagelane.db."
+)
+INSTRUCTIONS_HELP = "Directory of instruction definitions."
+USE_CURRENT_HELP = (
+    "Use the current definition in --instructions instead of the version the run was "
+    "made with (the command says what differs)."
+)
+
+database_option = click.option("--database", "database", metavar="URL", help=DATABASE_HELP)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+instructions_option = click.option(
+    "--instructions",
+    "instructions_dir",
+    default="instructions",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help=INSTRUCTIONS_HELP,
+)
+use_current_option = click.option(
+    "--use-current", "use_current", is_flag=True, help=USE_CURRENT_HELP
+)
+by_option = click.option(
+    "--by", "by", metavar="NAME", help="Who reviews (default: the login name)."
+)
+
+
+def destination_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--to DIR`` and ``--force``: where a command writes a fixture."""
+    command = click.option(
+        "--force", is_flag=True, help="Overwrite the fixture files of a non-empty DIR."
+    )(command)
+    return click.option(
+        "--to",
+        "to",
+        required=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Directory to write the fixture into (created; must be empty unless --force).",
+    )(command)
+
+
+def parse_fire_time(text: str) -> datetime:
+    """An ISO 8601 timestamp with a zone, as UTC; click.BadParameter otherwise."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise click.BadParameter(
+            f"expected an ISO 8601 timestamp such as 2026-11-21T05:20:00Z, got {text!r}"
+        ) from exc
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise click.BadParameter(
+            f"expected a timestamp with a zone (Z or +01:00), got {text!r}: a fire time "
+            "without one would mean different fires on different hosts"
+        )
+    return moment.astimezone(UTC)
