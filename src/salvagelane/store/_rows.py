@@ -22,12 +22,12 @@ from salvagelane.errors import NotFoundError, StoreError
 from salvagelane.store.engine import masked_url
 from salvagelane.store.figures import RunFigures, figures_of, report_counts
 from salvagelane.store.models import (
-    Attempt,
-    DefinitionVersion,
-    Report,
-    ReportItem,
-    Run,
-    SinkDelivery,
+    AttemptRow,
+    DefinitionVersionRow,
+    ReportItemRow,
+    ReportRow,
+    RunRow,
+    SinkDeliveryRow,
 )
 from salvagelane.store.records import (
     AttemptView,
@@ -94,14 +94,14 @@ def bound_raw(text: str, max_bytes: int | None) -> BoundedRaw:
 # --- run rows -------------------------------------------------------------------------------
 
 
-def get_run(session: Session, run_id: str, *, for_update: bool = False) -> Run:
-    run = session.get(Run, run_id, with_for_update=for_update)
+def get_run(session: Session, run_id: str, *, for_update: bool = False) -> RunRow:
+    run = session.get(RunRow, run_id, with_for_update=for_update)
     if run is None:
         raise NotFoundError(f"{masked_url(session.get_bind().engine.url)}: no run with id {run_id}")
     return run
 
 
-def running_run(session: Session, run_id: str) -> Run:
+def running_run(session: Session, run_id: str) -> RunRow:
     """The run, which must still be running: a run is finished exactly once."""
     run = get_run(session, run_id)
     if run.status != RunStatus.RUNNING:
@@ -111,14 +111,14 @@ def running_run(session: Session, run_id: str) -> Run:
     return run
 
 
-def close_run(run: Run, *, status: RunStatus, finished_at: datetime, error: str | None) -> None:
+def close_run(run: RunRow, *, status: RunStatus, finished_at: datetime, error: str | None) -> None:
     run.status = status
     run.finished_at = finished_at
     run.heartbeat_at = finished_at
     run.error = error
 
 
-def interrupt(run: Run, *, now: datetime, noticed: str = "") -> None:
+def interrupt(run: RunRow, *, now: datetime, noticed: str = "") -> None:
     """End ``run``, whose heartbeat stopped, as ``interrupted``; ``noticed``: by what."""
     since = run.heartbeat_at or run.started_at
     close_run(
@@ -131,7 +131,7 @@ def interrupt(run: Run, *, now: datetime, noticed: str = "") -> None:
 
 def last_sign_of_life() -> sa.ColumnElement[datetime]:
     """A run's last heartbeat, or its start without one."""
-    return sa.func.coalesce(Run.heartbeat_at, Run.started_at)
+    return sa.func.coalesce(RunRow.heartbeat_at, RunRow.started_at)
 
 
 def insert_definition(session: Session, definition: DefinitionRecord, now: datetime) -> None:
@@ -148,20 +148,22 @@ def insert_definition(session: Session, definition: DefinitionRecord, now: datet
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-        statement: Any = pg_insert(DefinitionVersion).values(values)
+        statement: Any = pg_insert(DefinitionVersionRow).values(values)
     else:
         from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-        statement = sqlite_insert(DefinitionVersion).values(values)
+        statement = sqlite_insert(DefinitionVersionRow).values(values)
     session.execute(statement.on_conflict_do_nothing(index_elements=["sha256"]))
 
 
-def deliveries_of(session: Session, run_id: str) -> list[SinkDelivery]:
+def deliveries_of(session: Session, run_id: str) -> list[SinkDeliveryRow]:
     """The run's sink deliveries, first written first (a row is updated in place as its
     delivery is tried again, so its id, not its time, places it)."""
     return list(
         session.scalars(
-            sa.select(SinkDelivery).where(SinkDelivery.run_id == run_id).order_by(SinkDelivery.id)
+            sa.select(SinkDeliveryRow)
+            .where(SinkDeliveryRow.run_id == run_id)
+            .order_by(SinkDeliveryRow.id)
         )
     )
 
@@ -182,13 +184,13 @@ def view(cls: type[V], row: object, **computed: Any) -> V:
     return cls(**copied, **computed)
 
 
-def summaries(session: Session, runs: list[Run]) -> list[RunSummary]:
+def summaries(session: Session, runs: list[RunRow]) -> list[RunSummary]:
     """Summaries of ``runs`` (in order), their figures from :func:`figures_of`."""
     figures = figures_of(session, runs)
     return [summary(run, figures[run.id]) for run in runs]
 
 
-def summary(run: Run, figures: RunFigures) -> RunSummary:
+def summary(run: RunRow, figures: RunFigures) -> RunSummary:
     return view(
         RunSummary,
         run,
@@ -205,7 +207,7 @@ def summary(run: Run, figures: RunFigures) -> RunSummary:
     )
 
 
-def attempt_view(row: Attempt) -> AttemptView:
+def attempt_view(row: AttemptRow) -> AttemptView:
     raw = None if row.raw_output is None else decode_raw(row.raw_output)
     stored = None if row.raw_output is None else len(row.raw_output)
     return view(AttemptView, row, raw_output=raw, stored_length=stored)
@@ -213,11 +215,13 @@ def attempt_view(row: Attempt) -> AttemptView:
 
 def report_view(session: Session, run_id: str, figures: RunFigures) -> ReportView | None:
     """The run's report; its status, partial flag and counts are the run's figures."""
-    report = session.scalars(sa.select(Report).where(Report.run_id == run_id)).one_or_none()
+    report = session.scalars(sa.select(ReportRow).where(ReportRow.run_id == run_id)).one_or_none()
     if report is None:
         return None
     items = session.scalars(
-        sa.select(ReportItem).where(ReportItem.report_id == report.id).order_by(ReportItem.position)
+        sa.select(ReportItemRow)
+        .where(ReportItemRow.report_id == report.id)
+        .order_by(ReportItemRow.position)
     )
     return view(
         ReportView,

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, aliased
 
 from salvagelane.errors import NotFoundError
 from salvagelane.store._rows import Transactions, deliveries_of, get_run, view
-from salvagelane.store.models import Report, Run, SinkDelivery
+from salvagelane.store.models import ReportRow, RunRow, SinkDeliveryRow
 from salvagelane.store.records import (
     ClaimedDelivery,
     DeliveryRun,
@@ -49,10 +49,10 @@ class DeliveryOutbox:
         """Every undelivered delivery (the latest to its sink, ``pending`` or ``failed``,
         given up or not), oldest run first, with its run."""
         stmt = (
-            sa.select(SinkDelivery, Run)
-            .join(Run, Run.id == SinkDelivery.run_id)
-            .where(SinkDelivery.status.in_(OPEN_DELIVERY_STATUSES), _is_latest())
-            .order_by(Run.created_at, Run.id, SinkDelivery.id)
+            sa.select(SinkDeliveryRow, RunRow)
+            .join(RunRow, RunRow.id == SinkDeliveryRow.run_id)
+            .where(SinkDeliveryRow.status.in_(OPEN_DELIVERY_STATUSES), _is_latest())
+            .order_by(RunRow.created_at, RunRow.id, SinkDeliveryRow.id)
             .limit(limit)
         )
         with self._transaction("list undelivered reports") as session:
@@ -79,16 +79,16 @@ class DeliveryOutbox:
         claimers split the due deliveries between them instead of sending one twice.
         """
         stmt = (
-            sa.select(SinkDelivery)
+            sa.select(SinkDeliveryRow)
             .where(
-                SinkDelivery.status.in_(OPEN_DELIVERY_STATUSES),
-                SinkDelivery.next_attempt_at <= now,
-                SinkDelivery.attempts < max_attempts,
+                SinkDeliveryRow.status.in_(OPEN_DELIVERY_STATUSES),
+                SinkDeliveryRow.next_attempt_at <= now,
+                SinkDeliveryRow.attempts < max_attempts,
                 _is_latest(),
             )
-            .order_by(SinkDelivery.next_attempt_at, SinkDelivery.id)
+            .order_by(SinkDeliveryRow.next_attempt_at, SinkDeliveryRow.id)
             .limit(limit)
-            .with_for_update(skip_locked=True, of=SinkDelivery)
+            .with_for_update(skip_locked=True, of=SinkDeliveryRow)
         )
         with self._transaction("claim due sink deliveries") as session:
             rows = list(session.scalars(stmt))
@@ -105,13 +105,13 @@ class DeliveryOutbox:
         process delivering it stopped) becomes ``failed`` saying so. Neither is due again.
         Returns them as now stored."""
         stmt = (
-            sa.select(SinkDelivery.id, SinkDelivery.run_id, SinkDelivery.attempts)
+            sa.select(SinkDeliveryRow.id, SinkDeliveryRow.run_id, SinkDeliveryRow.attempts)
             .where(
-                SinkDelivery.status.in_(OPEN_DELIVERY_STATUSES),
-                SinkDelivery.next_attempt_at <= now,
-                SinkDelivery.attempts >= max_attempts,
+                SinkDeliveryRow.status.in_(OPEN_DELIVERY_STATUSES),
+                SinkDeliveryRow.next_attempt_at <= now,
+                SinkDeliveryRow.attempts >= max_attempts,
             )
-            .order_by(SinkDelivery.next_attempt_at, SinkDelivery.id)
+            .order_by(SinkDeliveryRow.next_attempt_at, SinkDeliveryRow.id)
             .limit(limit)
         )
         with self._transaction("list exhausted sink deliveries") as session:
@@ -124,12 +124,12 @@ class DeliveryOutbox:
             )
             with self._transaction(f"give up sink delivery {delivery_id}") as session:
                 run = get_run(session, run_id, for_update=True)
-                due = (SinkDelivery.next_attempt_at <= now,)
+                due = (SinkDeliveryRow.next_attempt_at <= now,)
                 changed = _update(
                     session,
                     delivery_id,
                     expect_attempts=attempts,
-                    extra=(SinkDelivery.status == DeliveryStatus.PENDING, *due),
+                    extra=(SinkDeliveryRow.status == DeliveryStatus.PENDING, *due),
                     status=DeliveryStatus.FAILED,
                     error=cut_off,
                     attempted_at=now,
@@ -138,7 +138,7 @@ class DeliveryOutbox:
                     session,
                     delivery_id,
                     expect_attempts=attempts,
-                    extra=(SinkDelivery.status == DeliveryStatus.FAILED, *due),
+                    extra=(SinkDeliveryRow.status == DeliveryStatus.FAILED, *due),
                     next_attempt_at=None,
                 )
                 if changed:
@@ -157,7 +157,7 @@ class DeliveryOutbox:
                 session,
                 delivery_id,
                 expect_attempts=attempts,
-                extra=(SinkDelivery.status.in_(OPEN_DELIVERY_STATUSES),),
+                extra=(SinkDeliveryRow.status.in_(OPEN_DELIVERY_STATUSES),),
                 attempts=attempts + 1,
                 attempted_at=now,
                 next_attempt_at=lease_until,
@@ -183,18 +183,21 @@ class DeliveryOutbox:
         path template, by versions that did not fill it in)."""
         with self._transaction(f"claim a sink delivery of run {run_id}") as session:
             run = get_run(session, run_id, for_update=True)
-            if session.scalars(sa.select(Report.id).where(Report.run_id == run_id)).first() is None:
+            if (
+                session.scalars(sa.select(ReportRow.id).where(ReportRow.run_id == run_id)).first()
+                is None
+            ):
                 raise NotFoundError(
                     f"{self._url}: run {run_id} has no report to deliver (it is {run.status})"
                 )
             latest = session.scalars(
-                sa.select(SinkDelivery)
+                sa.select(SinkDeliveryRow)
                 .where(
-                    SinkDelivery.run_id == run_id,
-                    SinkDelivery.kind == kind,
-                    SinkDelivery.target.in_([target, *also]),
+                    SinkDeliveryRow.run_id == run_id,
+                    SinkDeliveryRow.kind == kind,
+                    SinkDeliveryRow.target.in_([target, *also]),
                 )
-                .order_by(SinkDelivery.id.desc())
+                .order_by(SinkDeliveryRow.id.desc())
                 .limit(1)
                 .with_for_update()
             ).first()
@@ -225,7 +228,7 @@ class DeliveryOutbox:
                 session,
                 claim.id,
                 expect_attempts=claim.attempts,
-                extra=(SinkDelivery.run_id == claim.run.id,),
+                extra=(SinkDeliveryRow.run_id == claim.run.id,),
                 status=DeliveryStatus.DELIVERED if error is None else DeliveryStatus.FAILED,
                 error=error,
                 attempted_at=now,
@@ -236,8 +239,8 @@ class DeliveryOutbox:
             refresh_sink_status(session, run)
             return view(SinkDeliveryView, self._row(session, claim.id))
 
-    def _row(self, session: Session, delivery_id: int) -> SinkDelivery:
-        row = session.get(SinkDelivery, delivery_id, populate_existing=True)
+    def _row(self, session: Session, delivery_id: int) -> SinkDeliveryRow:
+        row = session.get(SinkDeliveryRow, delivery_id, populate_existing=True)
         if row is None:
             raise NotFoundError(f"{self._url}: no sink delivery with id {delivery_id}")
         return row
@@ -247,11 +250,11 @@ class DeliveryOutbox:
 
 
 def enqueue(
-    session: Session, run: Run, deliveries: Sequence[PendingDelivery], *, at: datetime
+    session: Session, run: RunRow, deliveries: Sequence[PendingDelivery], *, at: datetime
 ) -> list[ClaimedDelivery]:
     """Write ``deliveries`` of ``run`` as ``pending``, their first try leased to the caller."""
     rows = [
-        SinkDelivery(
+        SinkDeliveryRow(
             run_id=run.id,
             kind=delivery.kind,
             target=delivery.target,
@@ -275,7 +278,7 @@ def enqueue(
     ]
 
 
-def refresh_sink_status(session: Session, run: Run) -> None:
+def refresh_sink_status(session: Session, run: RunRow) -> None:
     """Set ``run.sink_status`` from the latest delivery to each sink: ``pending`` while
     any is pending, else ``failed`` if any failed, else ``delivered`` (None: no delivery).
     A later delivery to a sink replaces an earlier one, so a retry that worked clears
@@ -297,16 +300,16 @@ def refresh_sink_status(session: Session, run: Run) -> None:
 
 def _is_latest() -> sa.ColumnElement[bool]:
     """True for a delivery that no later delivery to the same sink of its run replaces."""
-    later = aliased(SinkDelivery)
+    later = aliased(SinkDeliveryRow)
     return ~sa.exists().where(
-        later.run_id == SinkDelivery.run_id,
-        later.kind == SinkDelivery.kind,
-        later.target == SinkDelivery.target,
-        later.id > SinkDelivery.id,
+        later.run_id == SinkDeliveryRow.run_id,
+        later.kind == SinkDeliveryRow.kind,
+        later.target == SinkDeliveryRow.target,
+        later.id > SinkDeliveryRow.id,
     )
 
 
-def _lease(row: SinkDelivery, *, now: datetime, lease_until: datetime) -> None:
+def _lease(row: SinkDeliveryRow, *, now: datetime, lease_until: datetime) -> None:
     row.attempts += 1
     row.attempted_at = now
     row.next_attempt_at = lease_until
@@ -324,24 +327,28 @@ def _update(
     matching ``extra``); whether it changed the row. The condition, not a prior read,
     decides: two concurrent updates cannot both pass it."""
     result = session.execute(
-        sa.update(SinkDelivery)
-        .where(SinkDelivery.id == delivery_id, SinkDelivery.attempts == expect_attempts, *extra)
+        sa.update(SinkDeliveryRow)
+        .where(
+            SinkDeliveryRow.id == delivery_id, SinkDeliveryRow.attempts == expect_attempts, *extra
+        )
         .values(**values)
         .execution_options(synchronize_session=False)
     )
     return bool(getattr(result, "rowcount", 0))
 
 
-def _run_of(run: Run) -> DeliveryRun:
+def _run_of(run: RunRow) -> DeliveryRun:
     return DeliveryRun(
         id=run.id, instruction_id=run.instruction_id, definition_sha256=run.definition_sha256
     )
 
 
-def _claims(session: Session, rows: list[SinkDelivery]) -> list[ClaimedDelivery]:
+def _claims(session: Session, rows: list[SinkDeliveryRow]) -> list[ClaimedDelivery]:
     runs = {
         run.id: _run_of(run)
-        for run in session.scalars(sa.select(Run).where(Run.id.in_({row.run_id for row in rows})))
+        for run in session.scalars(
+            sa.select(RunRow).where(RunRow.id.in_({row.run_id for row in rows}))
+        )
     }
     return [
         ClaimedDelivery(

@@ -36,7 +36,13 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from salvagelane.core.records import Reason
-from salvagelane.store.models import Attempt, QuarantinedItem, Report, ReportItem, Run
+from salvagelane.store.models import (
+    AttemptRow,
+    QuarantinedItemRow,
+    ReportItemRow,
+    ReportRow,
+    RunRow,
+)
 from salvagelane.vocabulary import ItemOrigin, OutputCut, ReviewStatus, RunStatus
 
 HELD_BACK = (ReviewStatus.PENDING, ReviewStatus.REJECTED)
@@ -61,7 +67,7 @@ class RunFigures:
     output_cut: tuple[OutputCut, ...]
 
 
-def figures_of(session: Session, runs: Sequence[Run]) -> dict[str, RunFigures]:
+def figures_of(session: Session, runs: Sequence[RunRow]) -> dict[str, RunFigures]:
     """The figures of ``runs`` by run id, from a few batch queries."""
     ids = [run.id for run in runs]
     if not ids:
@@ -70,23 +76,25 @@ def figures_of(session: Session, runs: Sequence[Run]) -> dict[str, RunFigures]:
         row.run_id: row
         for row in session.execute(
             sa.select(
-                Report.run_id,
-                Report.id,
-                Report.attempt_id,
-                Report.status,
-                Report.truncated,
-                Report.finish_reason,
-                Report.counts,
-            ).where(Report.run_id.in_(ids))
+                ReportRow.run_id,
+                ReportRow.id,
+                ReportRow.attempt_id,
+                ReportRow.status,
+                ReportRow.truncated,
+                ReportRow.finish_reason,
+                ReportRow.counts,
+            ).where(ReportRow.run_id.in_(ids))
         )
     }
     kept: dict[tuple[str, ItemOrigin], int] = {
         (report_id, origin): count
         for report_id, origin, count in session.execute(
-            sa.select(ReportItem.report_id, ReportItem.origin, sa.func.count(ReportItem.id))
-            .join(Report, Report.id == ReportItem.report_id)
-            .where(Report.run_id.in_(ids))
-            .group_by(ReportItem.report_id, ReportItem.origin)
+            sa.select(
+                ReportItemRow.report_id, ReportItemRow.origin, sa.func.count(ReportItemRow.id)
+            )
+            .join(ReportRow, ReportRow.id == ReportItemRow.report_id)
+            .where(ReportRow.run_id.in_(ids))
+            .group_by(ReportItemRow.report_id, ReportItemRow.origin)
         ).tuples()
     }
     # Every quarantined item of each report's attempt, by reason, review state and whether
@@ -94,34 +102,34 @@ def figures_of(session: Session, runs: Sequence[Run]) -> dict[str, RunFigures]:
     chosen: dict[str, list[tuple[str, ReviewStatus, bool, int]]] = {}
     for run_id, reason, review, indexed, count in session.execute(
         sa.select(
-            QuarantinedItem.run_id,
-            QuarantinedItem.reason,
-            QuarantinedItem.review_status,
-            QuarantinedItem.source_index.is_not(None),
-            sa.func.count(QuarantinedItem.id),
+            QuarantinedItemRow.run_id,
+            QuarantinedItemRow.reason,
+            QuarantinedItemRow.review_status,
+            QuarantinedItemRow.source_index.is_not(None),
+            sa.func.count(QuarantinedItemRow.id),
         )
-        .join(Report, Report.attempt_id == QuarantinedItem.attempt_id)
+        .join(ReportRow, ReportRow.attempt_id == QuarantinedItemRow.attempt_id)
         # The run_id filter lets the database use the quarantine's run_id index.
-        .where(QuarantinedItem.run_id.in_(ids), Report.run_id.in_(ids))
+        .where(QuarantinedItemRow.run_id.in_(ids), ReportRow.run_id.in_(ids))
         .group_by(
-            QuarantinedItem.run_id,
-            QuarantinedItem.reason,
-            QuarantinedItem.review_status,
-            QuarantinedItem.source_index.is_not(None),
+            QuarantinedItemRow.run_id,
+            QuarantinedItemRow.reason,
+            QuarantinedItemRow.review_status,
+            QuarantinedItemRow.source_index.is_not(None),
         )
     ).tuples():
         chosen.setdefault(run_id, []).append((reason, review, bool(indexed), count))
     attempts: dict[str, list[Any]] = {}
     for row in session.execute(
         sa.select(
-            Attempt.run_id,
-            Attempt.id,
-            Attempt.finish_reason,
-            Attempt.native_finish_reason,
-            Attempt.stream_error,
+            AttemptRow.run_id,
+            AttemptRow.id,
+            AttemptRow.finish_reason,
+            AttemptRow.native_finish_reason,
+            AttemptRow.stream_error,
         )
-        .where(Attempt.run_id.in_(ids))
-        .order_by(Attempt.number)
+        .where(AttemptRow.run_id.in_(ids))
+        .order_by(AttemptRow.number)
     ):
         attempts.setdefault(row.run_id, []).append(row)
 
@@ -220,7 +228,7 @@ def report_counts(stored: Any, figures: RunFigures) -> dict[str, Any]:
     return counts
 
 
-def settle(session: Session, run: Run, report: Report) -> RunFigures:
+def settle(session: Session, run: RunRow, report: ReportRow) -> RunFigures:
     """Write ``run``'s figures onto its row and its report's (status, partial, counts)
     after a review changed them; returns them. The caller holds both rows locked."""
     session.flush()

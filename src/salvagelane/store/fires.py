@@ -23,7 +23,7 @@ from salvagelane.store._rows import (
     new_id,
     summaries,
 )
-from salvagelane.store.models import FIRE_CONSTRAINT, Run, ScheduleState
+from salvagelane.store.models import FIRE_CONSTRAINT, RunRow, ScheduleStateRow
 from salvagelane.store.records import DefinitionRecord, RunSummary
 from salvagelane.vocabulary import RunStatus, Trigger
 
@@ -39,7 +39,7 @@ class FireLedger:
 
     def insert_run(
         self,
-        run: Run,
+        run: RunRow,
         operation: str,
         *,
         definition: DefinitionRecord | None = None,
@@ -77,7 +77,7 @@ class FireLedger:
         another node): recording a miss claims the fire just as starting a run does.
         """
         run_id = new_id()
-        run = Run(
+        run = RunRow(
             id=run_id,
             instruction_id=instruction_id,
             definition_sha256=definition_sha256,
@@ -109,13 +109,13 @@ class FireLedger:
         caller claims that retry (a concurrent claimer makes it a DuplicateFireError).
         None when there is nothing to take over.
         """
-        of_fire = (Run.instruction_id == instruction_id, Run.scheduled_for == scheduled_for)
+        of_fire = (RunRow.instruction_id == instruction_id, RunRow.scheduled_for == scheduled_for)
         with self._transaction(f"take over the {instruction_id} fire") as session:
             stale = session.scalars(
-                sa.select(Run)
+                sa.select(RunRow)
                 .where(
                     *of_fire,
-                    Run.status == RunStatus.RUNNING,
+                    RunRow.status == RunStatus.RUNNING,
                     last_sign_of_life() < stale_before,
                 )
                 .with_for_update()
@@ -123,7 +123,9 @@ class FireLedger:
             for run in list(stale):
                 interrupt(run, now=now, noticed=" (noticed by the next claim of the same fire)")
             session.flush()
-            runs = list(session.scalars(sa.select(Run).where(*of_fire).order_by(Run.fire_attempt)))
+            runs = list(
+                session.scalars(sa.select(RunRow).where(*of_fire).order_by(RunRow.fire_attempt))
+            )
             if (
                 len(runs) != 1
                 or runs[0].status != RunStatus.INTERRUPTED
@@ -138,9 +140,9 @@ class FireLedger:
     def runs_for_fire(self, instruction_id: str, scheduled_for: datetime) -> list[RunSummary]:
         """The runs that claimed this fire (the fire, then its retry), in that order."""
         stmt = (
-            sa.select(Run)
-            .where(Run.instruction_id == instruction_id, Run.scheduled_for == scheduled_for)
-            .order_by(Run.fire_attempt)
+            sa.select(RunRow)
+            .where(RunRow.instruction_id == instruction_id, RunRow.scheduled_for == scheduled_for)
+            .order_by(RunRow.fire_attempt)
         )
         with self._transaction(f"read the runs of a fire of {instruction_id}") as session:
             return summaries(session, list(session.scalars(stmt)))
@@ -148,17 +150,17 @@ class FireLedger:
     def unretried_interrupted_fires(self, *, since: datetime) -> list[RunSummary]:
         """Interrupted runs of scheduled fires at or after ``since`` that no run retries
         yet (and that are not retries themselves), oldest fire first."""
-        retried = sa.select(Run.retry_of).where(Run.retry_of.is_not(None))
+        retried = sa.select(RunRow.retry_of).where(RunRow.retry_of.is_not(None))
         stmt = (
-            sa.select(Run)
+            sa.select(RunRow)
             .where(
-                Run.status == RunStatus.INTERRUPTED,
-                Run.scheduled_for.is_not(None),
-                Run.scheduled_for >= since,
-                Run.fire_attempt == 1,
-                Run.id.not_in(retried),
+                RunRow.status == RunStatus.INTERRUPTED,
+                RunRow.scheduled_for.is_not(None),
+                RunRow.scheduled_for >= since,
+                RunRow.fire_attempt == 1,
+                RunRow.id.not_in(retried),
             )
-            .order_by(Run.scheduled_for, Run.id)
+            .order_by(RunRow.scheduled_for, RunRow.id)
         )
         with self._transaction("list interrupted fires") as session:
             return summaries(session, list(session.scalars(stmt)))
@@ -169,11 +171,11 @@ class FireLedger:
         """The fire times in ``[start, end]`` of ``instruction_id`` that have a run row (any
         status, missed ones included): the fires that have an outcome."""
         stmt = (
-            sa.select(Run.scheduled_for)
+            sa.select(RunRow.scheduled_for)
             .where(
-                Run.instruction_id == instruction_id,
-                Run.scheduled_for >= start,
-                Run.scheduled_for <= end,
+                RunRow.instruction_id == instruction_id,
+                RunRow.scheduled_for >= start,
+                RunRow.scheduled_for <= end,
             )
             .distinct()
         )
@@ -188,9 +190,9 @@ class FireLedger:
         """Remember that ``instruction_id`` is scheduled with ``cron`` in ``timezone``;
         returns since when: ``now`` for a new or changed schedule, else the stored moment."""
         with self._transaction(f"register the schedule of {instruction_id}") as session:
-            state = session.get(ScheduleState, instruction_id, with_for_update=True)
+            state = session.get(ScheduleStateRow, instruction_id, with_for_update=True)
             if state is None:
-                state = ScheduleState(
+                state = ScheduleStateRow(
                     instruction_id=instruction_id,
                     cron=cron,
                     timezone=timezone,

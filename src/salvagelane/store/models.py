@@ -192,7 +192,7 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
-class Run(Base):
+class RunRow(Base):
     """One execution of an instruction, from start to final status."""
 
     __tablename__ = "runs"
@@ -234,7 +234,7 @@ class Run(Base):
     forced: Mapped[bool] = mapped_column(Boolean, server_default=false())
 
 
-class DefinitionVersion(Base):
+class DefinitionVersionRow(Base):
     """A definition as a run used it (its YAML text and the files it names), stored once
     per version: ``sha256`` names the content (see ``definitions/snapshot.py``)."""
 
@@ -247,7 +247,7 @@ class DefinitionVersion(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
-class ScheduleState(Base):
+class ScheduleStateRow(Base):
     """The schedule the scheduler last ran an instruction with, and since when.
 
     Catch-up only looks for unrun fires after ``effective_since``: fires from before the
@@ -263,7 +263,7 @@ class ScheduleState(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
-class Attempt(Base):
+class AttemptRow(Base):
     """One call to the model within a run, stored before its output is parsed."""
 
     __tablename__ = "attempts"
@@ -292,7 +292,7 @@ class Attempt(Base):
     raw_sha256: Mapped[str | None] = mapped_column(Text)
 
 
-class Report(Base):
+class ReportRow(Base):
     """The salvaged report of a run (at most one per run)."""
 
     __tablename__ = "reports"
@@ -310,7 +310,7 @@ class Report(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
-class ReportItem(Base):
+class ReportItemRow(Base):
     """A kept item of a report, in report order."""
 
     __tablename__ = "report_items"
@@ -327,7 +327,7 @@ class ReportItem(Base):
     origin: Mapped[ItemOrigin] = mapped_column(Word(ItemOrigin))
 
 
-class QuarantinedItem(Base):
+class QuarantinedItemRow(Base):
     """A rejected candidate, with the correction signal and provenance operators need."""
 
     __tablename__ = "quarantined_items"
@@ -360,7 +360,7 @@ class QuarantinedItem(Base):
     review_note: Mapped[str | None] = mapped_column(SafeText)
 
 
-class QuarantineReview(Base):
+class QuarantineReviewRow(Base):
     """One operator action on a quarantined item: the audit trail, never updated.
 
     ``before`` and ``after`` hold the values the action changed (or would have: a refused
@@ -382,7 +382,7 @@ class QuarantineReview(Base):
     error: Mapped[Any] = mapped_column(JSONText, nullable=True)
 
 
-class SinkDelivery(Base):
+class SinkDeliveryRow(Base):
     """The outbox: a delivery of a run's report to one sink target.
 
     Written ``pending`` with the report, then updated to ``delivered`` or ``failed``;

@@ -50,12 +50,12 @@ from salvagelane.store.engine import (
 from salvagelane.store.figures import figures_of
 from salvagelane.store.fires import FireLedger
 from salvagelane.store.models import (
-    Attempt,
-    DefinitionVersion,
-    QuarantinedItem,
-    Report,
-    ReportItem,
-    Run,
+    AttemptRow,
+    DefinitionVersionRow,
+    QuarantinedItemRow,
+    ReportItemRow,
+    ReportRow,
+    RunRow,
 )
 from salvagelane.store.records import (
     ClaimedDelivery,
@@ -212,7 +212,7 @@ class Store:
         if definition is not None and definition.definition_sha256 != definition_sha256:
             raise ValueError("definition: its definition_sha256 is not the run's")
         run_id = new_id()
-        run = Run(
+        run = RunRow(
             id=run_id,
             instruction_id=instruction_id,
             definition_sha256=definition_sha256,
@@ -263,7 +263,7 @@ class Store:
             run = self._resolve(session, run_id)
             if run.definition_version is None:
                 return None
-            row = session.get(DefinitionVersion, run.definition_version)
+            row = session.get(DefinitionVersionRow, run.definition_version)
             if row is None:
                 raise NotFoundError(
                     f"{self.url}: run {run.id} names definition version "
@@ -298,9 +298,9 @@ class Store:
         (PostgreSQL) or waits for this transaction (SQLite), so a live run is not taken.
         """
         stmt = (
-            sa.select(Run)
-            .where(Run.status == RunStatus.RUNNING, last_sign_of_life() < stale_before)
-            .order_by(Run.created_at, Run.id)
+            sa.select(RunRow)
+            .where(RunRow.status == RunStatus.RUNNING, last_sign_of_life() < stale_before)
+            .order_by(RunRow.created_at, RunRow.id)
             .with_for_update()
         )
         with self._transaction("interrupt stale runs") as session:
@@ -349,7 +349,7 @@ class Store:
         with self._transaction(f"add attempt {number} to run {run_id}") as session:
             get_run(session, run_id)
             session.add(
-                Attempt(
+                AttemptRow(
                     id=attempt_id,
                     run_id=run_id,
                     number=number,
@@ -382,12 +382,12 @@ class Store:
         operation = f"import spooled attempt {entry.number} of run {entry.run_id}"
         try:
             with self._transaction(operation) as session:
-                if session.get(Run, entry.run_id) is None:
+                if session.get(RunRow, entry.run_id) is None:
                     return Imported.NO_RUN
                 stored = _attempt_numbered(session, entry.run_id, entry.number)
                 if stored is not None:
                     return _compare_spooled(stored, entry)
-                session.add(Attempt(id=new_id(), **values(entry, omit={"database"})))
+                session.add(AttemptRow(id=new_id(), **values(entry, omit={"database"})))
                 return Imported.IMPORTED
         except StoreError as exc:
             # Two importers racing (PostgreSQL): the loser finds the winner's row.
@@ -402,7 +402,7 @@ class Store:
     def set_attempt_outcome(self, attempt_id: str, outcome: Mapping[str, Any]) -> None:
         """Attach the salvage outcome (counts, status) to an attempt."""
         with self._transaction(f"set the outcome of attempt {attempt_id}") as session:
-            attempt = session.get(Attempt, attempt_id)
+            attempt = session.get(AttemptRow, attempt_id)
             if attempt is None:
                 raise NotFoundError(f"{self.url}: no attempt with id {attempt_id}")
             attempt.outcome = outcome
@@ -443,7 +443,7 @@ class Store:
         with self._transaction(f"finish run {run_id}") as session:
             run = running_run(session, run_id)
             own_attempts = set(
-                session.scalars(sa.select(Attempt.id).where(Attempt.run_id == run_id))
+                session.scalars(sa.select(AttemptRow.id).where(AttemptRow.run_id == run_id))
             )
             named = {record.attempt_id for record in quarantined}
             if report is not None:
@@ -453,7 +453,7 @@ class Store:
             if report is not None:
                 _add_report(session, run_id, report, created_at=finished_at)
             session.add_all(
-                QuarantinedItem(run_id=run_id, created_at=finished_at, **values(record))
+                QuarantinedItemRow(run_id=run_id, created_at=finished_at, **values(record))
                 for record in quarantined
             )
             run.best_attempt_id = None if report is None else report.attempt_id
@@ -502,15 +502,15 @@ class Store:
 
     def list_runs(self, *, instruction_id: str | None = None, limit: int = 20) -> list[RunSummary]:
         """The latest ``limit`` runs, newest first, optionally of one instruction."""
-        stmt = sa.select(Run).order_by(Run.created_at.desc(), Run.id.desc()).limit(limit)
+        stmt = sa.select(RunRow).order_by(RunRow.created_at.desc(), RunRow.id.desc()).limit(limit)
         if instruction_id is not None:
-            stmt = stmt.where(Run.instruction_id == instruction_id)
+            stmt = stmt.where(RunRow.instruction_id == instruction_id)
         with self._transaction("list runs") as session:
             return summaries(session, list(session.scalars(stmt)))
 
     def instruction_ids(self) -> list[str]:
         """The ids of the instructions that have stored runs, sorted."""
-        stmt = sa.select(Run.instruction_id).distinct().order_by(Run.instruction_id)
+        stmt = sa.select(RunRow.instruction_id).distinct().order_by(RunRow.instruction_id)
         with self._transaction("list instruction ids") as session:
             return list(session.scalars(stmt))
 
@@ -522,14 +522,16 @@ class Store:
             attempts = [
                 attempt_view(row)
                 for row in session.scalars(
-                    sa.select(Attempt).where(Attempt.run_id == run.id).order_by(Attempt.number)
+                    sa.select(AttemptRow)
+                    .where(AttemptRow.run_id == run.id)
+                    .order_by(AttemptRow.number)
                 )
             ]
             numbers = {attempt.id: attempt.number for attempt in attempts}
             quarantined = session.scalars(
-                sa.select(QuarantinedItem)
-                .where(QuarantinedItem.run_id == run.id)
-                .order_by(QuarantinedItem.id)
+                sa.select(QuarantinedItemRow)
+                .where(QuarantinedItemRow.run_id == run.id)
+                .order_by(QuarantinedItemRow.id)
             )
             return view(
                 RunDetail,
@@ -568,7 +570,7 @@ class Store:
                 "item_origins": [item.origin for item in report.items],
             }
 
-    def _resolve(self, session: Session, run_id: str) -> Run:
+    def _resolve(self, session: Session, run_id: str) -> RunRow:
         """The run whose id is ``run_id`` or starts with it (at least MIN_PREFIX characters)."""
         prefix = run_id.strip().lower()
         if len(prefix) < MIN_PREFIX:
@@ -577,7 +579,7 @@ class Store:
             )
         matches = list(
             session.scalars(
-                sa.select(Run).where(Run.id.startswith(prefix, autoescape=True)).limit(2)
+                sa.select(RunRow).where(RunRow.id.startswith(prefix, autoescape=True)).limit(2)
             )
         )
         if not matches:
@@ -599,13 +601,13 @@ def _check_vocabulary(field: str, value: str, allowed: frozenset[str]) -> None:
         raise ValueError(f"{field} {value!r}: expected one of {', '.join(sorted(allowed))}")
 
 
-def _attempt_numbered(session: Session, run_id: str, number: int) -> Attempt | None:
+def _attempt_numbered(session: Session, run_id: str, number: int) -> AttemptRow | None:
     return session.scalars(
-        sa.select(Attempt).where(Attempt.run_id == run_id, Attempt.number == number)
+        sa.select(AttemptRow).where(AttemptRow.run_id == run_id, AttemptRow.number == number)
     ).one_or_none()
 
 
-def _compare_spooled(stored: Attempt, entry: SpooledAttempt) -> Imported:
+def _compare_spooled(stored: AttemptRow, entry: SpooledAttempt) -> Imported:
     same = (
         stored.raw_output == entry.raw_output
         and stored.raw_length == entry.raw_length
@@ -620,13 +622,15 @@ def _add_report(
 ) -> None:
     report_id = new_id()
     session.add(
-        Report(id=report_id, run_id=run_id, created_at=created_at, **values(report, omit={"items"}))
+        ReportRow(
+            id=report_id, run_id=run_id, created_at=created_at, **values(report, omit={"items"})
+        )
     )
     # Without relationships the unit of work does not order inserts across tables: the
     # report row must exist before its items reference it.
     session.flush()
     session.add_all(
-        ReportItem(
+        ReportItemRow(
             report_id=report_id,
             position=position,
             coercions=None if item.coercions is None else list(item.coercions),

@@ -23,12 +23,12 @@ from salvagelane.errors import NotFoundError, ReviewStateError
 from salvagelane.store._rows import Transactions, decode_raw, summary, view
 from salvagelane.store.figures import settle
 from salvagelane.store.models import (
-    Attempt,
-    QuarantinedItem,
-    QuarantineReview,
-    Report,
-    ReportItem,
-    Run,
+    AttemptRow,
+    QuarantinedItemRow,
+    QuarantineReviewRow,
+    ReportItemRow,
+    ReportRow,
+    RunRow,
 )
 from salvagelane.store.records import (
     ApprovalView,
@@ -59,7 +59,7 @@ class QuarantineLane:
     def list_quarantine(self, where: QuarantineFilter | None = None) -> list[QuarantineView]:
         """The items ``where`` selects, newest first (created_at, then id, descending)."""
         with self._transaction("list the quarantine") as session:
-            stmt = _matching(where or QuarantineFilter()).add_columns(Attempt.number)
+            stmt = _matching(where or QuarantineFilter()).add_columns(AttemptRow.number)
             rows = session.execute(stmt).tuples().all()
             return [_quarantineview(row, number) for row, number in rows]
 
@@ -70,8 +70,8 @@ class QuarantineLane:
         report (if any) and its audit trail."""
         with self._transaction(f"read quarantined item {quarantine_id}") as session:
             row = self._item(session, quarantine_id)
-            attempt = session.get(Attempt, row.attempt_id)
-            run = session.get(Run, row.run_id)
+            attempt = session.get(AttemptRow, row.attempt_id)
+            run = session.get(RunRow, row.run_id)
             assert attempt is not None  # foreign keys
             assert run is not None
             before = span = after = None
@@ -125,7 +125,7 @@ class QuarantineLane:
             require_pending(row, "approve")
             report = _report_of(session, row.run_id, for_update=True)
             if report is None:
-                run = session.get(Run, row.run_id)
+                run = session.get(RunRow, row.run_id)
                 raise _no_report(row.id, row.run_id, "?" if run is None else run.status)
             if report.attempt_id != row.attempt_id:
                 # Only pending items reach here, and pending ones belong to the chosen attempt.
@@ -141,11 +141,13 @@ class QuarantineLane:
                     "approve again"
                 )
             last = session.scalar(
-                sa.select(sa.func.max(ReportItem.position)).where(ReportItem.report_id == report.id)
+                sa.select(sa.func.max(ReportItemRow.position)).where(
+                    ReportItemRow.report_id == report.id
+                )
             )
             position = 0 if last is None else last + 1
             session.add(
-                ReportItem(
+                ReportItemRow(
                     report_id=report.id,
                     position=position,
                     source_index=item.source_index,
@@ -156,7 +158,7 @@ class QuarantineLane:
                     origin=ItemOrigin.OPERATOR,
                 )
             )
-            run = session.get(Run, row.run_id, with_for_update=True)
+            run = session.get(RunRow, row.run_id, with_for_update=True)
             assert run is not None  # a foreign key
             before_report = {
                 "status": report.status,
@@ -294,8 +296,8 @@ class QuarantineLane:
 
     def _item(
         self, session: Session, quarantine_id: int, *, for_update: bool = False
-    ) -> QuarantinedItem:
-        row = session.get(QuarantinedItem, quarantine_id, with_for_update=for_update)
+    ) -> QuarantinedItemRow:
+        row = session.get(QuarantinedItemRow, quarantine_id, with_for_update=for_update)
         if row is None:
             raise NotFoundError(f"{self._url}: no quarantined item with id {quarantine_id}")
         return row
@@ -303,7 +305,7 @@ class QuarantineLane:
     def _reject(
         self,
         session: Session,
-        row: QuarantinedItem,
+        row: QuarantinedItemRow,
         action: ReviewAction,
         *,
         actor: str,
@@ -325,7 +327,7 @@ class QuarantineLane:
     @staticmethod
     def _audit(
         session: Session,
-        row: QuarantinedItem,
+        row: QuarantinedItemRow,
         action: ReviewAction,
         *,
         actor: str,
@@ -336,7 +338,7 @@ class QuarantineLane:
         error: Any = None,
     ) -> None:
         session.add(
-            QuarantineReview(
+            QuarantineReviewRow(
                 quarantine_id=row.id,
                 action=action,
                 actor=actor,
@@ -349,41 +351,41 @@ class QuarantineLane:
         )
 
 
-def _matching(where: QuarantineFilter) -> sa.Select[tuple[QuarantinedItem]]:
+def _matching(where: QuarantineFilter) -> sa.Select[tuple[QuarantinedItemRow]]:
     """The items ``where`` selects, newest first: each filter is the leading column of
     one of the (column, created_at) indexes, and the order is that index's."""
     stmt = (
-        sa.select(QuarantinedItem)
-        .join(Attempt, Attempt.id == QuarantinedItem.attempt_id)
-        .order_by(QuarantinedItem.created_at.desc(), QuarantinedItem.id.desc())
+        sa.select(QuarantinedItemRow)
+        .join(AttemptRow, AttemptRow.id == QuarantinedItemRow.attempt_id)
+        .order_by(QuarantinedItemRow.created_at.desc(), QuarantinedItemRow.id.desc())
     )
     if where.review_status is None:
-        stmt = stmt.where(QuarantinedItem.review_status != ReviewStatus.SUPERSEDED)
+        stmt = stmt.where(QuarantinedItemRow.review_status != ReviewStatus.SUPERSEDED)
     else:
-        stmt = stmt.where(QuarantinedItem.review_status == where.review_status)
+        stmt = stmt.where(QuarantinedItemRow.review_status == where.review_status)
     if where.instruction_id is not None:
-        stmt = stmt.where(QuarantinedItem.instruction_id == where.instruction_id)
+        stmt = stmt.where(QuarantinedItemRow.instruction_id == where.instruction_id)
     if where.reason is not None:
-        stmt = stmt.where(QuarantinedItem.reason == where.reason)
+        stmt = stmt.where(QuarantinedItemRow.reason == where.reason)
     if where.since is not None:
-        stmt = stmt.where(QuarantinedItem.created_at >= where.since)
+        stmt = stmt.where(QuarantinedItemRow.created_at >= where.since)
     if where.limit is not None:
         stmt = stmt.limit(where.limit)
     return stmt
 
 
-def _quarantineview(row: QuarantinedItem, attempt_number: int) -> QuarantineView:
+def _quarantineview(row: QuarantinedItemRow, attempt_number: int) -> QuarantineView:
     return view(QuarantineView, row, attempt_number=attempt_number)
 
 
-def _attempt_number(session: Session, row: QuarantinedItem) -> int:
-    number = session.scalar(sa.select(Attempt.number).where(Attempt.id == row.attempt_id))
+def _attempt_number(session: Session, row: QuarantinedItemRow) -> int:
+    number = session.scalar(sa.select(AttemptRow.number).where(AttemptRow.id == row.attempt_id))
     assert number is not None  # a foreign key
     return number
 
 
-def _report_of(session: Session, run_id: str, *, for_update: bool = False) -> Report | None:
-    stmt = sa.select(Report).where(Report.run_id == run_id)
+def _report_of(session: Session, run_id: str, *, for_update: bool = False) -> ReportRow | None:
+    stmt = sa.select(ReportRow).where(ReportRow.run_id == run_id)
     if for_update:
         stmt = stmt.with_for_update()
     return session.scalars(stmt).one_or_none()
@@ -392,23 +394,23 @@ def _report_of(session: Session, run_id: str, *, for_update: bool = False) -> Re
 def _item_count(session: Session, report_id: str) -> int:
     return (
         session.scalar(
-            sa.select(sa.func.count(ReportItem.id)).where(ReportItem.report_id == report_id)
+            sa.select(sa.func.count(ReportItemRow.id)).where(ReportItemRow.report_id == report_id)
         )
         or 0
     )
 
 
-def _reviews(session: Session, quarantine_id: int) -> Iterator[QuarantineReview]:
+def _reviews(session: Session, quarantine_id: int) -> Iterator[QuarantineReviewRow]:
     return iter(
         session.scalars(
-            sa.select(QuarantineReview)
-            .where(QuarantineReview.quarantine_id == quarantine_id)
-            .order_by(QuarantineReview.at, QuarantineReview.id)
+            sa.select(QuarantineReviewRow)
+            .where(QuarantineReviewRow.quarantine_id == quarantine_id)
+            .order_by(QuarantineReviewRow.at, QuarantineReviewRow.id)
         )
     )
 
 
-def require_pending(row: QuarantinedItem | QuarantineView, action: str) -> None:
+def require_pending(row: QuarantinedItemRow | QuarantineView, action: str) -> None:
     """ReviewStateError unless ``row`` is pending (``action`` names what was tried)."""
     if row.review_status == ReviewStatus.PENDING:
         return
@@ -448,7 +450,7 @@ def _require_note(note: str) -> None:
 
 
 def _decide(
-    row: QuarantinedItem, status: ReviewStatus, *, actor: str, note: str | None, now: datetime
+    row: QuarantinedItemRow, status: ReviewStatus, *, actor: str, note: str | None, now: datetime
 ) -> None:
     row.review_status = status
     row.reviewed_by = actor
