@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # what mypy and editors see; at run time __getattr__ imports 
         SalvagelaneError,
         SchemaError,
     )
-    from salvagelane.loading import load_allow_list, load_item_schema
+    from salvagelane.policy_files import load_allow_list, load_item_schema
 
     __version__: str
 
@@ -65,8 +65,8 @@ _EXPORTS: dict[str, str] = {
     "EnvelopeIssue": "salvagelane.core",
     "Span": "salvagelane.core",
     # Reading a schema or an allow-list from a file.
-    "load_item_schema": "salvagelane.loading",
-    "load_allow_list": "salvagelane.loading",
+    "load_item_schema": "salvagelane.policy_files",
+    "load_allow_list": "salvagelane.policy_files",
     # What those raise: every error is a SalvagelaneError; a policy, schema or
     # allow-list that cannot be used as given is a ConfigurationError.
     "SalvagelaneError": "salvagelane.errors",

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # imported when a command runs: `--help` must not pay for jso
 
 
 def _parse_allow(values: tuple[str, ...]) -> dict[str, frozenset[str]]:
-    from salvagelane.loading import load_allow_list
+    from salvagelane.policy_files import load_allow_list
 
     lists: dict[str, frozenset[str]] = {}
     for spec in values:
@@ -141,7 +141,7 @@ def salvage_command(
     schema or allow-list files.
     """
     from salvagelane.core import Guardrails, SalvagePolicy, salvage
-    from salvagelane.loading import load_item_schema, read_raw
+    from salvagelane.policy_files import load_item_schema, read_raw
 
     if batch and file is not None:
         raise ConfigurationError("--batch reads stdin: do not give FILE as well")

@@ -23,7 +23,7 @@ from salvagelane.definitions.snapshot import (
 )
 from salvagelane.definitions.yaml_source import MAX_NODES, YamlProblem, parse_yaml
 from salvagelane.errors import ConfigurationError, UnresolvedCallableError, not_utf8
-from salvagelane.loading import allow_list_values
+from salvagelane.policy_files import allow_list_values
 
 _MAX_CONTEXT_FILE_BYTES = 16 * 1024 * 1024
 _MAX_ALLOW_LIST_BYTES = 16 * 1024 * 1024

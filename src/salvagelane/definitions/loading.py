@@ -51,7 +51,7 @@ from salvagelane.definitions.templates import (
 from salvagelane.definitions.validation import validate
 from salvagelane.definitions.yaml_source import YamlProblem, parse_yaml, read_text
 from salvagelane.errors import ConfigurationError, DefinitionError, not_utf8
-from salvagelane.loading import allow_list_values, parse_json_text
+from salvagelane.policy_files import allow_list_values, parse_json_text
 
 _MAX_DEFINITION_BYTES = 1024 * 1024
 _MAX_FILE_BYTES = 16 * 1024 * 1024  # a schema or an allow-list file

@@ -14,8 +14,8 @@ import jsonschema
 import jsonschema.exceptions
 
 from salvagelane.definitions.problems import PathParts, Problem, one_line, quoted, received
-from salvagelane.loading import load_json_file
 from salvagelane.logs import redact_url
+from salvagelane.policy_files import load_json_file
 
 # --- The instruction schema ----------------------------------------------------------------
 
