@@ -28,12 +28,12 @@ from salvagelane.context_sources import reference_time
 from salvagelane.core import SalvageResult, salvage
 from salvagelane.core.assembly import bytes_over_cap
 from salvagelane.core.attempts import (
-    RetryTrigger,
+    RetryCause,
     Scored,
     best_attempt,
     correction_prompt,
     next_token_budget,
-    retry_trigger,
+    retry_cause,
     wants_retry,
 )
 from salvagelane.core.finish import FinishReason
@@ -374,7 +374,7 @@ class Executor:
             )
             result = salvage(completion.text, policy, finish_reason=str(completion.finish_reason))
             attempt.result = result
-            trigger = retry_trigger(result, max_items=max_items)
+            trigger = retry_cause(result, max_items=max_items)
             self._store.set_attempt_outcome(
                 attempt.attempt_id,
                 {
@@ -395,7 +395,7 @@ class Executor:
             )
             if not wants_retry(trigger, enabled=enabled, attempts_left=attempts_left):
                 break
-            if trigger is not RetryTrigger.OVERSIZE:  # a bigger budget would not help
+            if trigger is not RetryCause.OVERSIZE:  # a bigger budget would not help
                 budget = next_token_budget(
                     budget,
                     finish_reason=completion.finish_reason,
@@ -677,13 +677,13 @@ def _with_correction(prompt: RenderedPrompt, correction: str | None) -> str:
     return prompt.user.rstrip() + "\n\n" + correction
 
 
-def _provider_trigger(exc: ConnectorError) -> RetryTrigger | None:
+def _provider_trigger(exc: ConnectorError) -> RetryCause | None:
     """A provider error is worth another run-level attempt when asking again may help:
     the connector already gave up on a transient failure, or the provider reported an
     error inside a successful response (an upstream model failure). Missing keys,
     refused requests and exhausted quotas are not."""
     if isinstance(exc, ProviderError) and (exc.retryable or exc.status == 200):
-        return RetryTrigger.PROVIDER_ERROR
+        return RetryCause.PROVIDER_ERROR
     return None
 
 

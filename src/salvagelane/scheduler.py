@@ -53,8 +53,8 @@ from salvagelane.errors import (
 __all__ = [
     "RUN_SCHEDULED",
     "CatchUpPlan",
+    "CronScheduler",
     "ScheduleRow",
-    "ScheduledService",
     "SkipListener",
     "cron_trigger",
     "fire_times",
@@ -71,7 +71,7 @@ MISSED_LIMIT = 100
 
 RUN_SCHEDULED = "salvagelane.scheduler:run_scheduled"
 """The textual job function every job names: it works out the fire time, then calls the
-service's target (see :class:`ScheduledService`)."""
+service's target (see :class:`CronScheduler`)."""
 
 _CRONTAB_WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")  # index = crontab number
 _MONDAY_FIRST = (1, 2, 3, 4, 5, 6, 0)
@@ -402,7 +402,7 @@ SkipListener = Callable[[str, Sequence[datetime], str], None]
 _ONE_OFF_PREFIX = "once:"
 
 
-class ScheduledService:
+class CronScheduler:
     """A background APScheduler (UTC, in-memory jobs) with one job per instruction.
 
     ``target`` names, as ``module:function``, what runs a fire: it is called as

@@ -41,7 +41,7 @@ from salvagelane.executor import ConnectorFactory, Executor, SinkFactory
 from salvagelane.logs import bound, get_logger
 from salvagelane.scheduler import (
     MISSED_LIMIT,
-    ScheduledService,
+    CronScheduler,
     ScheduleRow,
     newest_fire_times,
     plan_catch_up,
@@ -165,7 +165,7 @@ class Service:
         self._in_flight: dict[str, str] = {}  # run id -> instruction id
         self._instruction_locks: dict[str, threading.Lock] = {}
         self._retries_asked: set[str] = set()
-        self._scheduler: ScheduledService | None = None
+        self._scheduler: CronScheduler | None = None
         self._stopping = threading.Event()
         # The gate every fire passes before it claims: closed while the node does not
         # lead, so a fire thread left over from a lead cannot start a run after it.
@@ -252,7 +252,7 @@ class Service:
 
     def _lead(self) -> None:
         log.info("leader.acquired", instructions=len(self._definitions))
-        scheduler = ScheduledService(
+        scheduler = CronScheduler(
             target=TARGET, max_workers=self._settings.max_workers, on_skipped=self._skipped
         )
         for instruction in self._definitions.values():

@@ -32,12 +32,12 @@ from salvagelane.connectors import (
     connector_settings,
 )
 from salvagelane.core.finish import FinishReason
-from salvagelane.definitions.model import Connector, ConnectorKind
+from salvagelane.definitions.model import ConnectorKind, ConnectorSpec
 
 __all__ = ["client", "server"]
 
 
-def spec(kind: ConnectorKind, **changes: Any) -> Connector:
+def spec(kind: ConnectorKind, **changes: Any) -> ConnectorSpec:
     values: dict[str, Any] = {
         "kind": kind,
         "model": "m-1",
@@ -48,7 +48,7 @@ def spec(kind: ConnectorKind, **changes: Any) -> Connector:
         "api_key_env": KEY_ENV,
     }
     values.update(changes)
-    return Connector(**values)
+    return ConnectorSpec(**values)
 
 
 def test_openai(server: ScriptedServer, client: httpx.Client, monkeypatch: Any) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from salvagelane.definitions import Instruction, Schedule, load_instruction
 from salvagelane.errors import ConfigurationError, NotFoundError
-from salvagelane.scheduler import ScheduledService
+from salvagelane.scheduler import CronScheduler
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "instructions" / "daily-triage.yaml"
@@ -36,7 +36,7 @@ def targets() -> Iterator[None]:
 
 
 def test_every_second_job_calls_the_target_with_whole_utc_seconds(targets: None) -> None:
-    service = ScheduledService(target="_scheduler_targets:record")
+    service = CronScheduler(target="_scheduler_targets:record")
     service.add_instruction(every_second("ticker"))
     assert set(service.next_fire_times()) == {"ticker"}
     service.start()
@@ -55,7 +55,7 @@ def test_every_second_job_calls_the_target_with_whole_utc_seconds(targets: None)
 
 
 def test_a_slow_job_never_overlaps_itself(targets: None) -> None:
-    service = ScheduledService(target="_scheduler_targets:slow")
+    service = CronScheduler(target="_scheduler_targets:slow")
     service.add_instruction(every_second("slowpoke"))
     service.start()
     try:
@@ -71,7 +71,7 @@ def test_a_slow_job_never_overlaps_itself(targets: None) -> None:
 
 
 def test_service_adds_replaces_and_removes_jobs() -> None:
-    service = ScheduledService(target="_scheduler_targets:record")
+    service = CronScheduler(target="_scheduler_targets:record")
     daily = load_instruction(BUNDLED)
     service.add_instruction(daily)
     service.add_instruction(daily)  # replace_existing: still one job
@@ -89,7 +89,7 @@ def test_service_adds_replaces_and_removes_jobs() -> None:
 )
 def test_service_refuses_an_unusable_target(target: str) -> None:
     with pytest.raises(ConfigurationError, match="scheduler target"):
-        ScheduledService(target=target)
+        CronScheduler(target=target)
 
 
 def test_schedule_command_prints_the_bundled_row() -> None:

@@ -10,12 +10,12 @@ import pytest
 from _builders import run, triage_item, triage_schema
 
 from salvagelane.core.attempts import (
-    RetryTrigger,
+    RetryCause,
     Scored,
     best_attempt,
     correction_prompt,
     next_token_budget,
-    retry_trigger,
+    retry_cause,
     wants_retry,
 )
 from salvagelane.core.finish import FinishReason
@@ -41,28 +41,28 @@ GOOD = [triage_item(rank=n) for n in (1, 2, 3)]
     [
         pytest.param(report(*GOOD), "stop", 7, None, id="complete-report"),
         pytest.param(
-            "I cannot help with that.", "stop", 7, RetryTrigger.NOTHING_SALVAGED, id="prose"
+            "I cannot help with that.", "stop", 7, RetryCause.NOTHING_SALVAGED, id="prose"
         ),
-        pytest.param(report(), "stop", 7, RetryTrigger.NOTHING_SALVAGED, id="empty-list"),
+        pytest.param(report(), "stop", 7, RetryCause.NOTHING_SALVAGED, id="empty-list"),
         pytest.param(
             report(triage_item(confidence="high")),
             "stop",
             7,
-            RetryTrigger.NOTHING_SALVAGED,
+            RetryCause.NOTHING_SALVAGED,
             id="every-item-rejected",
         ),
-        pytest.param(report(*GOOD)[:-40], "length", 7, RetryTrigger.TRUNCATED, id="cut-below-cap"),
+        pytest.param(report(*GOOD)[:-40], "length", 7, RetryCause.TRUNCATED, id="cut-below-cap"),
         pytest.param(
-            report(*GOOD), "length", 7, RetryTrigger.TRUNCATED, id="length-finish-below-cap"
+            report(*GOOD), "length", 7, RetryCause.TRUNCATED, id="length-finish-below-cap"
         ),
         pytest.param(report(*GOOD), "length", 3, None, id="cut-but-cap-filled"),
-        pytest.param(report(*GOOD), "length", None, RetryTrigger.TRUNCATED, id="cut-no-cap"),
+        pytest.param(report(*GOOD), "length", None, RetryCause.TRUNCATED, id="cut-no-cap"),
     ],
 )
 def test_retry_trigger(
-    raw: str, finish: str, max_items: int | None, expected: RetryTrigger | None
+    raw: str, finish: str, max_items: int | None, expected: RetryCause | None
 ) -> None:
-    assert retry_trigger(salvaged(raw, finish), max_items=max_items) is expected
+    assert retry_cause(salvaged(raw, finish), max_items=max_items) is expected
 
 
 @pytest.mark.parametrize(
@@ -171,14 +171,14 @@ def test_best_attempt_of_nothing_is_none() -> None:
 @pytest.mark.parametrize(
     ("trigger", "enabled", "left", "expected"),
     [
-        (RetryTrigger.TRUNCATED, {"truncated"}, 1, True),
-        (RetryTrigger.TRUNCATED, {"nothing_salvaged"}, 1, False),
-        (RetryTrigger.TRUNCATED, {"truncated"}, 0, False),
+        (RetryCause.TRUNCATED, {"truncated"}, 1, True),
+        (RetryCause.TRUNCATED, {"nothing_salvaged"}, 1, False),
+        (RetryCause.TRUNCATED, {"truncated"}, 0, False),
         (None, {"truncated"}, 3, False),
     ],
 )
 def test_wants_retry(
-    trigger: RetryTrigger | None, enabled: set[str], left: int, expected: bool
+    trigger: RetryCause | None, enabled: set[str], left: int, expected: bool
 ) -> None:
     assert wants_retry(trigger, enabled=enabled, attempts_left=left) is expected
 
@@ -188,13 +188,13 @@ def test_an_output_over_the_byte_cap_is_its_own_trigger(finish: str) -> None:
     # Not nothing_salvaged (which the example definition retries): the same request tends
     # to bring the same flood, so it is retried only when retry.on lists oversize.
     result = salvaged(report(*GOOD), finish, max_bytes=100)
-    trigger = retry_trigger(result, max_items=7)
-    assert trigger is RetryTrigger.OVERSIZE
+    trigger = retry_cause(result, max_items=7)
+    assert trigger is RetryCause.OVERSIZE
     assert not wants_retry(trigger, enabled={"nothing_salvaged", "truncated"}, attempts_left=1)
     assert wants_retry(trigger, enabled={"oversize"}, attempts_left=1)
-    assert retry_trigger(salvaged(report(*GOOD), finish, max_bytes=10_000), max_items=7) in (
+    assert retry_cause(salvaged(report(*GOOD), finish, max_bytes=10_000), max_items=7) in (
         None,
-        RetryTrigger.TRUNCATED,
+        RetryCause.TRUNCATED,
     )
 
 
@@ -210,4 +210,4 @@ def test_correction_after_an_oversize_output_asks_for_a_much_shorter_one() -> No
 def test_every_retry_trigger_can_be_listed_in_a_definition(repo_root: Path) -> None:
     schema = json.loads((repo_root / "schemas" / "instruction.schema.json").read_text("utf-8"))
     listed = schema["properties"]["retry"]["properties"]["on"]["items"]["enum"]
-    assert {str(t) for t in RetryTrigger} == {str(o) for o in RetryOn} == set(listed)
+    assert {str(t) for t in RetryCause} == {str(o) for o in RetryOn} == set(listed)

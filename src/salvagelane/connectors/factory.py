@@ -16,8 +16,7 @@ from salvagelane.connectors.openai_compatible import (
     OpenAICompatibleSettings,
 )
 from salvagelane.connectors.replay import ReplayConnector
-from salvagelane.definitions.model import Connector as ConnectorSpec
-from salvagelane.definitions.model import ConnectorKind
+from salvagelane.definitions.model import ConnectorKind, ConnectorSpec
 from salvagelane.errors import ConnectorError
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"

@@ -18,7 +18,7 @@ _MAX_LISTED_ERRORS = 12
 _MAX_RECEIVED_CHARS = 80
 
 
-class RetryTrigger(enum.StrEnum):
+class RetryCause(enum.StrEnum):
     """An outcome of an attempt that may justify another one (definition ``retry.on``)."""
 
     NOTHING_SALVAGED = "nothing_salvaged"
@@ -27,22 +27,22 @@ class RetryTrigger(enum.StrEnum):
     OVERSIZE = "oversize"
 
 
-def retry_trigger(result: SalvageResult, *, max_items: int | None) -> RetryTrigger | None:
+def retry_cause(result: SalvageResult, *, max_items: int | None) -> RetryCause | None:
     """Why ``result`` deserves another attempt, or None when it is good enough.
 
     ``oversize``: the whole output was over the byte cap and not scanned; its own
-    trigger, because the same request tends to bring the same flood (off unless a
+    cause, because the same request tends to bring the same flood (off unless a
     definition lists it). ``nothing_salvaged``: no item was accepted. ``truncated``: the
     output was cut and the report holds fewer items than the cap, so whatever lay past
     the cut is missing. A truncated answer that already filled the cap loses nothing a
     retry could win back.
     """
     if is_oversize(result):
-        return RetryTrigger.OVERSIZE
+        return RetryCause.OVERSIZE
     if not result.items:
-        return RetryTrigger.NOTHING_SALVAGED
+        return RetryCause.NOTHING_SALVAGED
     if result.truncated and (max_items is None or len(result.items) < max_items):
-        return RetryTrigger.TRUNCATED
+        return RetryCause.TRUNCATED
     return None
 
 
@@ -141,7 +141,7 @@ def best_attempt(scored: Sequence[Scored]) -> Scored | None:
 
 
 def wants_retry(
-    trigger: RetryTrigger | None, *, enabled: Collection[str], attempts_left: int
+    trigger: RetryCause | None, *, enabled: Collection[str], attempts_left: int
 ) -> bool:
     """Whether ``trigger`` is one the definition retries on and attempts remain."""
     return trigger is not None and attempts_left > 0 and str(trigger) in enabled

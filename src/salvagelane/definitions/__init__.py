@@ -41,8 +41,8 @@ from salvagelane.definitions.loading import (
 )
 from salvagelane.definitions.model import (
     AllowListSource,
-    Connector,
     ConnectorKind,
+    ConnectorSpec,
     ContextSource,
     GuardrailSpec,
     Instruction,
@@ -76,8 +76,8 @@ __all__ = [
     "UNCERTAINTY_SENTENCE",
     "AllowListSource",
     "CheckedInstruction",
-    "Connector",
     "ConnectorKind",
+    "ConnectorSpec",
     "ContextSource",
     "DefinitionSet",
     "DefinitionSnapshot",

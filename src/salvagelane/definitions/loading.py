@@ -19,8 +19,8 @@ from salvagelane.definitions.context import resolve_allow_lists, resolve_context
 from salvagelane.definitions.cron import cron_problem
 from salvagelane.definitions.model import (
     AllowListSource,
-    Connector,
     ConnectorKind,
+    ConnectorSpec,
     ContextSource,
     GuardrailSpec,
     Instruction,
@@ -227,7 +227,7 @@ def _build(
             misfire_grace_seconds=schedule_doc.get("misfire_grace_seconds", 3600),
             deadline_seconds=schedule_doc.get("deadline_seconds"),
         ),
-        connector=Connector(
+        connector=ConnectorSpec(
             kind=ConnectorKind(connector_doc["kind"]),
             model=connector_doc["model"],
             max_output_tokens=connector_doc["max_output_tokens"],

@@ -53,7 +53,7 @@ class Schedule:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Connector:
+class ConnectorSpec:
     """The LLM endpoint. ``api_key_env`` names the key's environment variable, and
     ``base_url_env`` (instead of ``base_url``) the base URL's; they are read only when a
     call is made."""
@@ -193,7 +193,7 @@ class Instruction:
     id: str
     description: str
     schedule: Schedule
-    connector: Connector
+    connector: ConnectorSpec
     prompt: PromptTemplates
     output: OutputSpec
     guardrails: GuardrailSpec
