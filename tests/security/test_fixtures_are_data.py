@@ -29,7 +29,7 @@ import pytest
 
 from salvagelane.cli.fixture_commands import replayer_for
 from salvagelane.definitions import load_instruction, resolve_context
-from salvagelane.fixtures import discover
+from salvagelane.regression import discover
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTRUCTIONS = ROOT / "instructions"

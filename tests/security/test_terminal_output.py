@@ -197,7 +197,7 @@ def stored_records(tmp_path_factory: pytest.TempPathFactory) -> Records:
     from salvagelane.core.outcome import Outcome, compare, outcome_of
     from salvagelane.definitions import load_instruction
     from salvagelane.delivery import Redelivery
-    from salvagelane.fixtures import FixtureReplay
+    from salvagelane.regression import FixtureReplay
     from salvagelane.sinks import DeliveryOutcome
     from salvagelane.store import QuarantineFilter, SinkDeliveryView, Store
 

@@ -254,7 +254,7 @@ def quarantine_export_command(
     """Write a regression fixture of the model output quarantined item ID came from (its
     run and attempt), as `salvagelane fixture capture` does. Replay it with
     `salvagelane replay DIR`."""
-    from salvagelane.fixtures import capture_run
+    from salvagelane.regression import capture_run
 
     with open_store(database, read_only=True) as store:
         held = store.quarantine.get_quarantine(quarantine_id)

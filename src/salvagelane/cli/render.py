@@ -15,7 +15,7 @@ from salvagelane.vocabulary import OPEN_DELIVERY_STATUSES, DeliveryStatus, ItemO
 
 if TYPE_CHECKING:  # annotations only: rendering must not pull in the store or httpx
     from salvagelane.delivery import Redelivery
-    from salvagelane.fixtures import CapturedFixture
+    from salvagelane.regression import CapturedFixture
     from salvagelane.sinks import DeliveryOutcome
     from salvagelane.store import AttemptView, RunDetail, RunSummary, SinkDeliveryView
 
