@@ -1,13 +1,6 @@
 """Comparing a stored version of a definition with the operator's current one, and
-checking that a stored copy is the version that names it (which version a command about
-a stored run uses is :mod:`salvagelane.run_definitions`, above the store).
-
-``quarantine approve`` and ``runs redeliver`` act on a run made with some version of its
-instruction's definition, which the store kept (the YAML text and the files it names).
-They use that version, rebuilt from the stored copy without touching the filesystem; the
-definitions directory's current one only with ``--use-current``, and then they say what
-differs. A run stored before definitions were kept has no version to use: the command
-asks for ``--use-current`` (ConfigurationError, exit 2).
+checking that a stored copy is the version that names it. Which version a command about
+a stored run uses is :mod:`salvagelane.run_definitions`, above the store.
 
 A stored copy is data from the database: it decides how an item is checked, never which
 code runs or where a report goes (see docs/adr/0004-instruction-definitions.md).
