@@ -17,13 +17,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from _cli import FIXTURE, ROOT, clean_env, command, salvagelane, upgraded
-from _provider_server import Scripted, ScriptedServer
-from _run_setup import Project, chat_answer, openai_connector_for, provider
 
 from salvagelane.definitions import Instruction
 from salvagelane.executor import Executor
 from salvagelane.store import Store, upgrade
+from tests.support.cli import FIXTURE, ROOT, clean_env, command, salvagelane, upgraded
+from tests.support.provider import Scripted, ScriptedServer
+from tests.support.run_setup import Project, chat_answer, openai_connector_for, provider
 
 __all__ = ["provider"]
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _cli import EIGHTH, FIXTURE, ROOT, salvagelane, upgraded
+
+from tests.support.cli import EIGHTH, FIXTURE, ROOT, salvagelane, upgraded
 
 COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
 

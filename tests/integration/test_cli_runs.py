@@ -7,10 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from _cli import FIXTURE, ROOT, salvagelane, upgraded
-from _postgres import PostgresDatabase
 
 from salvagelane.store import head_revision
+from tests.support.cli import FIXTURE, ROOT, salvagelane, upgraded
+from tests.support.postgres import PostgresDatabase
 
 
 def test_the_main_job_twice_gives_two_listed_runs(database_url: str) -> None:

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from _cli import FIXTURE, ROOT, salvagelane, upgraded
 
 from salvagelane.errors import DatabaseUrlError
 from salvagelane.store import database_url as normalise_url
+from tests.support.cli import FIXTURE, ROOT, salvagelane, upgraded
 
 COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
 EIGHTH = dict(COMPLETE["recommendations"][7], rank=8)

@@ -8,18 +8,6 @@ from typing import Any
 
 import httpx
 import pytest
-from _provider_server import (  # the fixtures are used by name
-    KEY_ENV,
-    REQUEST,
-    SECRET,
-    SSE_HEADERS,
-    Scripted,
-    ScriptedServer,
-    client,
-    provider_events,
-    provider_json,
-    server,
-)
 
 from salvagelane._http import HttpSettings
 from salvagelane.connectors import (
@@ -33,6 +21,18 @@ from salvagelane.connectors import (
 )
 from salvagelane.core.finish import FinishReason
 from salvagelane.definitions.model import ConnectorKind, ConnectorSpec
+from tests.support.provider import (  # the fixtures are used by name
+    KEY_ENV,
+    REQUEST,
+    SECRET,
+    SSE_HEADERS,
+    Scripted,
+    ScriptedServer,
+    client,
+    provider_events,
+    provider_json,
+    server,
+)
 
 __all__ = ["client", "server"]
 

@@ -13,7 +13,16 @@ from typing import Any
 
 import httpx
 import pytest
-from _provider_server import (  # the fixtures are used by name
+
+from salvagelane._http import HttpSettings
+from salvagelane.connectors import (
+    OpenAICompatibleConnector,
+    OpenAICompatibleSettings,
+    ReplayConnector,
+)
+from salvagelane.core.finish import FinishReason
+from salvagelane.errors import ConnectorError, ProviderError
+from tests.support.provider import (  # the fixtures are used by name
     KEY_ENV,
     REQUEST,
     SECRET,
@@ -27,15 +36,6 @@ from _provider_server import (  # the fixtures are used by name
     connector_options,
     server,
 )
-
-from salvagelane._http import HttpSettings
-from salvagelane.connectors import (
-    OpenAICompatibleConnector,
-    OpenAICompatibleSettings,
-    ReplayConnector,
-)
-from salvagelane.core.finish import FinishReason
-from salvagelane.errors import ConnectorError, ProviderError
 
 __all__ = ["client", "clock", "server"]
 

@@ -9,7 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _provider_server import (  # the fixtures are used by name
+
+from salvagelane.connectors import AnthropicConnector, AnthropicSettings
+from salvagelane.core.finish import FinishReason
+from salvagelane.errors import ProviderError
+from tests.support.provider import (  # the fixtures are used by name
     KEY_ENV,
     REQUEST,
     SECRET,
@@ -24,10 +28,6 @@ from _provider_server import (  # the fixtures are used by name
     provider_json,
     server,
 )
-
-from salvagelane.connectors import AnthropicConnector, AnthropicSettings
-from salvagelane.core.finish import FinishReason
-from salvagelane.errors import ProviderError
 
 __all__ = ["client", "clock", "server"]
 

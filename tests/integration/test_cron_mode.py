@@ -14,10 +14,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from _cli import clean_env, command, salvagelane
-from _serve_process import HANG, KEY_ENV, Project, Provider, all_runs, openai_connector
 
 from salvagelane.store import Store
+from tests.support.cli import clean_env, command, salvagelane
+from tests.support.serve import HANG, KEY_ENV, Project, Provider, all_runs, openai_connector
 
 FIRE = "2026-11-23T05:20:00+00:00"
 STALE_AFTER = "1"

@@ -20,7 +20,6 @@ import _sink_targets
 import httpx
 import pytest
 import sqlalchemy as sa
-from _cli import FIXTURE, ROOT
 from structlog.testing import capture_logs
 
 from salvagelane.connectors import ReplayConnector
@@ -56,6 +55,7 @@ from salvagelane.store import (
     make_engine,
     upgrade,
 )
+from tests.support.cli import FIXTURE, ROOT
 
 NOW = datetime(2026, 11, 21, 5, 20, tzinfo=UTC)
 POLICY = DeliveryPolicy(

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _cli import FIXTURE, ROOT, clean_env, command, salvagelane, upgraded
 from _outbox_sinks import HOSTILE
 
 from salvagelane.store import Store
+from tests.support.cli import FIXTURE, ROOT, clean_env, command, salvagelane, upgraded
 
 COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
 
@@ -217,8 +217,8 @@ def test_a_failed_redelivery_exits_1_and_prints_the_error_safely(
     end = text.index("\nretry:\n")
     hostile = "\nsinks:\n  - kind: callable\n    callable: _outbox_sinks:hostile"
     definition.write_text(text[:start] + hostile + text[end:], encoding="utf-8")
-    # The sink's module lives beside the tests.
-    env = {"PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(Path(__file__).parent)])}
+    # The sink's module lives in tests/callables, as a user's would on their PYTHONPATH.
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests" / "callables")])}
     instructions = ("--instructions", str(project / "instructions"))
 
     run = salvagelane(

@@ -18,18 +18,6 @@ from typing import Any
 import _executor_sinks as sink_targets
 import httpx
 import pytest
-from _cli import FIXTURE
-from _provider_server import Scripted, ScriptedServer
-from _run_setup import (
-    COMPLETE,
-    Project,
-    chat_completion,
-    items,
-    openai_connector_for,
-    provider,
-    replay_executor,
-    store,
-)
 from structlog.contextvars import merge_contextvars
 from structlog.testing import capture_logs
 
@@ -41,6 +29,18 @@ from salvagelane.executor import Executor, deliver_report
 from salvagelane.sinks import build_sinks
 from salvagelane.store import Store
 from salvagelane.vocabulary import Trigger
+from tests.support.cli import FIXTURE
+from tests.support.provider import Scripted, ScriptedServer
+from tests.support.run_setup import (
+    COMPLETE,
+    Project,
+    chat_completion,
+    items,
+    openai_connector_for,
+    provider,
+    replay_executor,
+    store,
+)
 
 __all__ = ["provider", "store"]
 

@@ -30,10 +30,10 @@ from typing import Any
 import click
 import pytest
 import sqlalchemy as sa
-from _cli import EIGHTH, FIXTURE, ROOT, clean_env, command
-from _serve_process import ServeProcess
 
 from salvagelane.store import QuarantineFilter, Store, upgrade
+from tests.support.cli import EIGHTH, FIXTURE, ROOT, clean_env, command
+from tests.support.serve import ServeProcess
 
 SCHEMA = "schemas/daily-triage-item.schema.json"
 DROP_DAC = [

@@ -2,8 +2,8 @@
 
 CI runs a few cycles per backend; a soak runs many more with
 ``SALVAGELANE_FAULT_CYCLES=200 pytest tests/integration/test_fault_injection.py -s``
-(``SALVAGELANE_FAULT_SEED`` picks the kill plan). See :mod:`_faults` for what a cycle does
-and what is checked after it.
+(``SALVAGELANE_FAULT_SEED`` picks the kill plan). See :mod:`tests.support.faults` for what
+a cycle does and what is checked after it.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import os
 from pathlib import Path
 
 import pytest
-from _faults import run_campaign
-from _postgres import PostgresDatabase
 
 from salvagelane.store import upgrade
+from tests.support.faults import run_campaign
+from tests.support.postgres import PostgresDatabase
 
 CYCLES = int(os.environ.get("SALVAGELANE_FAULT_CYCLES", "6"))
 SEED = int(os.environ.get("SALVAGELANE_FAULT_SEED", "1111"))

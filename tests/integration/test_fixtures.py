@@ -10,9 +10,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from _cli import FIXTURE, ROOT, clean_env, command, salvagelane
-
 from salvagelane.cli.fixture_commands import PROGRESS_THRESHOLD
+from tests.support.cli import FIXTURE, ROOT, clean_env, command, salvagelane
 
 SECRET = "sk-or-v1-fixture-capture-must-never-write-this"
 

@@ -9,9 +9,8 @@ import sys
 import tomllib
 from pathlib import Path
 
-from _cli import ROOT, clean_env, salvagelane
-
 from salvagelane.example_project import example_files
+from tests.support.cli import ROOT, clean_env, salvagelane
 
 EXAMPLE = [
     "fixtures/daily-triage-truncated/complete.json",

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from _guards import time_limit
 from salvagelane.core import ItemSchema, Reason, SalvagePolicy, SalvageResult, salvage
+from tests.support.guards import time_limit
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SUITE = REPO_ROOT.parent / "shared" / "jsontestsuite" / "test_parsing"

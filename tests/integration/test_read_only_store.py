@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from _postgres import PostgresDatabase
 
 from salvagelane.errors import DatabaseOpenError, OutdatedDatabaseError, StoreError
 from salvagelane.store import Store, current_revision, upgrade
+from tests.support.postgres import PostgresDatabase
 
 NOW = datetime(2026, 11, 21, 5, 20, tzinfo=UTC)
 

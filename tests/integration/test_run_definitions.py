@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from _cli import FIXTURE, ROOT, salvagelane, upgraded
 
 from salvagelane.store import current_revision, downgrade, head_revision, make_engine, upgrade
+from tests.support.cli import FIXTURE, ROOT, salvagelane, upgraded
 
 COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
 

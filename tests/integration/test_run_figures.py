@@ -25,8 +25,6 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import structlog
-from _cli import FIXTURE, ROOT
-from _postgres import PostgresDatabase
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -34,6 +32,8 @@ from hypothesis import strategies as st
 from salvagelane.cli import cli
 from salvagelane.store import Store, upgrade
 from salvagelane.store import database_url as normalise_url
+from tests.support.cli import FIXTURE, ROOT
+from tests.support.postgres import PostgresDatabase
 
 COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
 GOOD = COMPLETE["recommendations"]

@@ -1,7 +1,7 @@
 """``salvagelane serve`` end to end: real processes, real signals, a real database.
 
 Every test starts ``salvagelane --log-format json serve`` subprocesses (see
-:mod:`_serve_process`), drives them with signals, and checks the runs table: one row per
+:mod:`tests.support.serve`), drives them with signals, and checks the runs table: one row per
 fire second, fires between two leaders caught up or recorded as missed (never lost, never
 twice), runs of a dead process interrupted and retried, a slow run given up on at shutdown.
 """
@@ -18,9 +18,12 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from _cli import salvagelane
-from _postgres import PostgresDatabase
-from _serve_process import (
+
+from salvagelane.store import Store, upgrade
+from salvagelane.store.records import RunSummary
+from tests.support.cli import salvagelane
+from tests.support.postgres import PostgresDatabase
+from tests.support.serve import (
     GOOD_REPORT,
     HANG,
     KEY_ENV,
@@ -33,9 +36,6 @@ from _serve_process import (
     openai_connector,
     wait_for_runs,
 )
-
-from salvagelane.store import Store, upgrade
-from salvagelane.store.records import RunSummary
 
 SECOND = timedelta(seconds=1)
 FAST = ("--heartbeat", "0.2", "--stale-after", "1", "--poll", "0.5")

@@ -3,7 +3,8 @@ to the spool, and the next command (or ``salvagelane db recover``) imports it.
 
 Real processes, a real local provider, real database failures: another connection holding
 SQLite's write lock (``BEGIN IMMEDIATE``), SQLite's SQLITE_FULL (``max_page_count``, see
-_full_database.py), a PostgreSQL lock timeout on the run row, and ``kill -9`` of an import.
+tests/support/full_database.py), a PostgreSQL lock timeout on the run row, and ``kill -9``
+of an import.
 """
 
 from __future__ import annotations
@@ -21,9 +22,16 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from _cli import FIXTURE, ROOT, clean_env, command, salvagelane, upgraded
-from _provider_server import Scripted, ScriptedServer
-from _run_setup import (
+
+from salvagelane.connectors import ReplayConnector
+from salvagelane.definitions import load_instruction
+from salvagelane.errors import AttemptNotStoredError, SpoolError
+from salvagelane.executor import Executor
+from salvagelane.store import Store, upgrade
+from salvagelane.store.spool import Imported, Spool, SpooledAttempt, recover
+from tests.support.cli import FIXTURE, ROOT, clean_env, command, salvagelane, upgraded
+from tests.support.provider import Scripted, ScriptedServer
+from tests.support.run_setup import (
     COMPLETE,
     JSON_HEADERS,
     Project,
@@ -35,18 +43,11 @@ from _run_setup import (
     store,
 )
 
-from salvagelane.connectors import ReplayConnector
-from salvagelane.definitions import load_instruction
-from salvagelane.errors import AttemptNotStoredError, SpoolError
-from salvagelane.executor import Executor
-from salvagelane.store import Store, upgrade
-from salvagelane.store.spool import Imported, Spool, SpooledAttempt, recover
-
 __all__ = ["provider", "store"]
 
 SECRET = "sk-spool-test-7b3e91c2-never-on-disk"
 KEY_ENV = "OPENROUTER_API_KEY"
-FULL_DATABASE = Path(__file__).resolve().with_name("_full_database.py")
+FULL_DATABASE = ROOT / "tests" / "support" / "full_database.py"
 WAIT = 90.0
 """Seconds a test waits for an event before it gives up (a hang, never a timing check)."""
 
@@ -345,7 +346,7 @@ def test_an_import_that_fails_or_dies_after_its_commit_leaves_the_file_and_impor
 def test_postgres_refusing_an_attempt_spools_it_and_a_killed_import_is_retried_once(
     tmp_path: Path, provider: ScriptedServer, request: pytest.FixtureRequest
 ) -> None:
-    from _postgres import PostgresDatabase
+    from tests.support.postgres import PostgresDatabase
 
     postgres: PostgresDatabase = request.getfixturevalue("postgres_database")
     postgres.reset()

@@ -11,7 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _provider_server import (  # the fixtures are used by name
+
+from salvagelane.connectors import (
+    AnthropicConnector,
+    AnthropicSettings,
+    OpenAICompatibleConnector,
+    OpenAICompatibleSettings,
+)
+from salvagelane.core.finish import FinishReason
+from salvagelane.errors import ProviderError
+from tests.support.provider import (  # the fixtures are used by name
     KEY_ENV,
     REQUEST,
     SECRET,
@@ -28,15 +37,6 @@ from _provider_server import (  # the fixtures are used by name
     server,
     sse_event,
 )
-
-from salvagelane.connectors import (
-    AnthropicConnector,
-    AnthropicSettings,
-    OpenAICompatibleConnector,
-    OpenAICompatibleSettings,
-)
-from salvagelane.core.finish import FinishReason
-from salvagelane.errors import ProviderError
 
 __all__ = ["client", "clock", "server"]
 

@@ -11,7 +11,10 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from _provider_server import (  # the fixtures are used by name
+
+from salvagelane.errors import SinkError
+from salvagelane.sinks.webhook import WEBHOOK_SETTINGS, WebhookSink
+from tests.support.provider import (  # the fixtures are used by name
     HTTP_FIELDS,
     SECRET,
     FakeClock,
@@ -21,9 +24,6 @@ from _provider_server import (  # the fixtures are used by name
     clock,
     server,
 )
-
-from salvagelane.errors import SinkError
-from salvagelane.sinks.webhook import WEBHOOK_SETTINGS, WebhookSink
 
 __all__ = ["client", "clock", "server"]
 

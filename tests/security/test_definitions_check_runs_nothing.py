@@ -11,7 +11,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from _definitions_support import DEFINITION, ROOT, add_context, copy_project, edit, run_measured
+from tests.support.definitions import (
+    DEFINITION,
+    ROOT,
+    add_context,
+    copy_project,
+    edit,
+    run_measured,
+)
 
 
 def hostile_project(tmp_path: Path) -> tuple[Path, dict[str, Path], dict[str, str]]:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import tomllib
 from importlib.metadata import version
 
-from _definitions_support import ROOT
 from packaging.requirements import Requirement
 from packaging.version import Version
+
+from tests.support.definitions import ROOT
 
 FIRST_FIXED = Version("3.1.6")
 

@@ -19,13 +19,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from _definitions_support import DEFINITION, add_context, copy_project, edit
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from _guards import time_limit
 from salvagelane.definitions import load_instruction, render_prompt, resolve_context
 from salvagelane.errors import DefinitionError
+from tests.support.definitions import DEFINITION, add_context, copy_project, edit
+from tests.support.guards import time_limit
 
 MiB = 1024 * 1024
 # The 1 MiB file, 4 MiB per definition and per value, 16 MiB per context file and 32 MiB

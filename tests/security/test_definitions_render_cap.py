@@ -12,12 +12,19 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from _definitions_support import DEFINITION, ROOT, add_context, copy_project, edit, run_measured
 
-from _guards import time_limit
 from salvagelane.definitions import load_instruction, render_prompt, resolve_context
 from salvagelane.definitions.templates import RENDER_LIMITS
 from salvagelane.errors import DefinitionError
+from tests.support.definitions import (
+    DEFINITION,
+    ROOT,
+    add_context,
+    copy_project,
+    edit,
+    run_measured,
+)
+from tests.support.guards import time_limit
 
 MiB = 1024 * 1024
 FIXTURE = ROOT / "tests" / "fixtures" / "daily-triage-truncated"

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _definitions_support import DEFINITION, add_context, copy_project, run_measured
 
 from salvagelane.definitions import load_instruction, resolve_context
 from salvagelane.definitions.yaml_source import MAX_EXPANDED_BYTES, MAX_NESTING
 from salvagelane.errors import DefinitionError
+from tests.support.definitions import DEFINITION, add_context, copy_project, run_measured
 
 MiB = 1024 * 1024
 

@@ -22,7 +22,12 @@ from typing import Any
 
 import httpx
 import pytest
-from _secrets_support import (
+
+from salvagelane.connectors import build_connector
+from salvagelane.definitions import Instruction, load_instruction
+from salvagelane.executor import Executor
+from salvagelane.store import AttemptView, Store, upgrade
+from tests.support.secrets_setup import (
     SSE_HEADERS,
     Project,
     Scripted,
@@ -34,11 +39,6 @@ from _secrets_support import (
     report_text,
     sse_event,
 )
-
-from salvagelane.connectors import build_connector
-from salvagelane.definitions import Instruction, load_instruction
-from salvagelane.executor import Executor
-from salvagelane.store import AttemptView, Store, upgrade
 
 __all__ = ["_private_state_home", "database_url", "postgres_database", "provider"]
 

@@ -14,7 +14,7 @@ import base64
 import json
 from pathlib import Path
 
-from _secrets_support import (
+from tests.support.secrets_setup import (
     Project,
     ScriptedServer,
     _private_state_home,

@@ -17,7 +17,12 @@ from pathlib import Path
 from urllib.parse import quote, quote_plus
 
 import pytest
-from _secrets_support import (
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from salvagelane import logs
+from salvagelane.logs import REDACTED, clear_secrets, register_secret
+from tests.support.secrets_setup import (
     Project,
     Scripted,
     ScriptedServer,
@@ -32,11 +37,6 @@ from _secrets_support import (
     salvagelane,
     upgraded,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from salvagelane import logs
-from salvagelane.logs import REDACTED, clear_secrets, register_secret
 
 __all__ = ["_private_state_home", "database_url", "postgres_database", "provider"]
 

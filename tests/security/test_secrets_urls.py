@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from _secrets_support import (
+from salvagelane.definitions import load_instruction
+from salvagelane.errors import DefinitionError
+from tests.support.secrets_setup import (
     Project,
     Scripted,
     ScriptedServer,
@@ -29,9 +31,6 @@ from _secrets_support import (
     stored_texts,
     upgraded,
 )
-
-from salvagelane.definitions import load_instruction
-from salvagelane.errors import DefinitionError
 
 __all__ = ["_private_state_home", "database_url", "postgres_database", "provider"]
 

@@ -34,12 +34,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _cli import FIXTURE, ROOT, clean_env, command, salvagelane, upgraded
-from _provider_server import Scripted, ScriptedServer
-from _run_setup import Project, aimed_at, items, provider
-from _secrets_support import database_url, postgres_database
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tests.support.cli import FIXTURE, ROOT, clean_env, command, salvagelane, upgraded
+from tests.support.provider import Scripted, ScriptedServer
+from tests.support.run_setup import Project, aimed_at, items, provider
+from tests.support.secrets_setup import database_url, postgres_database
 
 __all__ = ["database_url", "postgres_database", "provider"]
 

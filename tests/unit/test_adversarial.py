@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from _guards import time_limit
 from salvagelane.core import (
     Guardrails,
     ItemSchema,
@@ -27,6 +26,7 @@ from salvagelane.core import (
     scan,
 )
 from salvagelane.core.strict import is_strict_document, validate_iteratively
+from tests.support.guards import time_limit
 
 ITEMS = ("items",)
 MIB = 1024 * 1024

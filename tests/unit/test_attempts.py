@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _builders import run, triage_item, triage_schema
 
 from salvagelane.core.attempts import (
     RetryCause,
@@ -21,6 +20,7 @@ from salvagelane.core.attempts import (
 from salvagelane.core.finish import FinishReason
 from salvagelane.core.records import SalvageResult
 from salvagelane.definitions import RetryOn
+from tests.support.builders import run, triage_item, triage_schema
 
 
 def report(*items: Any) -> str:

@@ -8,7 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from _builders import (
+
+from salvagelane.core.guardrails import Guardrails
+from salvagelane.core.records import Reason, SalvageResult, Status
+from salvagelane.errors import ConfigurationError
+from tests.support.builders import (
     accepted_data,
     assert_partition,
     assert_spans_reparse,
@@ -17,10 +21,6 @@ from _builders import (
     triage_item,
     triage_schema,
 )
-
-from salvagelane.core.guardrails import Guardrails
-from salvagelane.core.records import Reason, SalvageResult, Status
-from salvagelane.errors import ConfigurationError
 
 R = Reason
 OK_LIST = {"candidate": frozenset({"ok"})}

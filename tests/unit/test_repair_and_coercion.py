@@ -7,11 +7,11 @@ import json
 from typing import Any
 
 import pytest
-from _builders import VALID_TRIAGE_ITEM, accepted_data, run, triage_item, triage_schema
 
 from salvagelane.core.coercion import coerce
 from salvagelane.core.records import Coercion, Reason
 from salvagelane.core.repair import repair_truncated
+from tests.support.builders import VALID_TRIAGE_ITEM, accepted_data, run, triage_item, triage_schema
 
 # ------------------------------------------------------------------------- repair_truncated
 

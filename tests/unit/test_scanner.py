@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from _builders import (
+
+from salvagelane.core.records import Reason, Status
+from salvagelane.core.scanner import Closure, ItemsPath, parse_items_path, scan
+from tests.support.builders import (
     TRIAGE_FIXTURE,
     accepted_data,
     assert_partition,
@@ -19,9 +22,6 @@ from _builders import (
     run,
     triage_schema,
 )
-
-from salvagelane.core.records import Reason, Status
-from salvagelane.core.scanner import Closure, ItemsPath, parse_items_path, scan
 
 T, M, N = Reason.TRUNCATED, Reason.MALFORMED, Reason.NOT_OBJECT
 OK, PARTIAL, FAILED = Status.OK, Status.PARTIAL, Status.FAILED

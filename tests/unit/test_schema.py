@@ -9,11 +9,11 @@ import urllib.request
 from typing import Any
 
 import pytest
-from _builders import SCHEMAS, load_json, run, triage_item, triage_item_schema_dict
 
 from salvagelane.core.records import Reason, Status
 from salvagelane.core.schema import ItemSchema
 from salvagelane.errors import ConfigurationError, SchemaError
+from tests.support.builders import SCHEMAS, load_json, run, triage_item, triage_item_schema_dict
 
 
 @pytest.fixture

@@ -30,10 +30,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from _cli import FIXTURE, ROOT, clean_env, command
-
 from salvagelane.store import Store
 from salvagelane.store.records import RunSummary
+from tests.support.cli import FIXTURE, ROOT, clean_env, command
 
 COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
 KEY_ENV = "SALVAGELANE_SERVE_TEST_KEY"

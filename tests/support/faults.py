@@ -33,11 +33,18 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from _serve_process import COMPLETE, KEY_ENV, Processes, Project, ServeProcess, openai_connector
 
 from salvagelane.definitions import Schedule
 from salvagelane.scheduler import fire_times
 from salvagelane.store import make_engine
+from tests.support.serve import (
+    COMPLETE,
+    KEY_ENV,
+    Processes,
+    Project,
+    ServeProcess,
+    openai_connector,
+)
 
 FAST = ("--heartbeat", "0.2", "--stale-after", "1", "--poll", "0.5", "--shutdown-timeout", "1")
 PHASES = ("catch_up", "model_call", "stored", "salvaged", "delivery", "random")

@@ -4,7 +4,7 @@ Each new connection sets ``PRAGMA max_page_count`` to the page count the file ha
 connects, so the first write that needs a new page fails with SQLITE_FULL ("database or
 disk is full"), the error a full disk gives. Writes that fit in existing pages (a small
 run row, a status update) still succeed, as they would on a full disk. The tests run it
-as ``python _full_database.py ARGS``: a real process, a real SQLite error.
+as ``python tests/support/full_database.py ARGS``: a real process, a real SQLite error.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 definition edited, a scripted provider on 127.0.0.1 (or the replay fixture), a migrated
 store, and an executor over them.
 
-Used by tests/integration and tests/security (whose conftest puts this directory on
-sys.path). A test module takes a fixture here (``provider``, ``store``) by importing it
-and naming it in its ``__all__``; ``store`` needs the ``database_url`` fixture.
+Used by tests/integration and tests/security. A test module takes a fixture here
+(``provider``, ``store``) by importing it and naming it in its ``__all__``; ``store``
+needs the ``database_url`` fixture.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from typing import Any
 
 import httpx
 import pytest
-from _cli import FIXTURE, ROOT, salvagelane
-from _provider_server import Scripted, ScriptedServer, connector_args
 
 from salvagelane.connectors import (
     Connector,
@@ -32,6 +30,8 @@ from salvagelane.connectors import (
 from salvagelane.definitions import Instruction, load_instruction
 from salvagelane.executor import Executor
 from salvagelane.store import Store, upgrade
+from tests.support.cli import FIXTURE, ROOT, salvagelane
+from tests.support.provider import Scripted, ScriptedServer, connector_args
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 COMPLETE: dict[str, Any] = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))

@@ -2,53 +2,26 @@
 a leak detector written independently of the code under test (it decodes what it searches,
 where the scrub encodes what it looks for).
 
-The integration helpers (``_cli``, ``_provider_server``, ``_run_setup``: the project, the
-local provider) and the ``database_url`` fixture (SQLite and PostgreSQL) are reused from
-tests/integration and re-exported here.
+The run helpers (``tests.support.cli``, ``.provider``, ``.run_setup``: the project, the
+local provider) and the ``database_url`` fixture (SQLite and PostgreSQL, from
+``tests.support.databases``) are re-exported here.
 """
 
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import re
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus
 
 import sqlalchemy as sa
 
-INTEGRATION = Path(__file__).resolve().parents[1] / "integration"
-if str(INTEGRATION) not in sys.path:
-    sys.path.insert(0, str(INTEGRATION))
-
-from _cli import ROOT, salvagelane, upgraded  # noqa: E402
-from _provider_server import SSE_HEADERS, Scripted, ScriptedServer, sse_event  # noqa: E402
-from _run_setup import Project, chat_answer, provider  # noqa: E402
-
-
-def _integration_fixtures() -> Any:
-    """tests/integration/conftest.py under a name of its own: its fixtures (the
-    ``database_url`` over SQLite and PostgreSQL) are re-exported below."""
-    name = "_integration_conftest"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, INTEGRATION / "conftest.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_fixtures = _integration_fixtures()
-database_url = _fixtures.database_url
-postgres_database = _fixtures.postgres_database
-_private_state_home = _fixtures._private_state_home  # autouse: a spool dir per test
+from tests.support.cli import ROOT, salvagelane, upgraded
+from tests.support.databases import _private_state_home, database_url, postgres_database
+from tests.support.provider import SSE_HEADERS, Scripted, ScriptedServer, sse_event
+from tests.support.run_setup import Project, chat_answer, provider
 
 __all__ = [
     "ROOT",
