@@ -17,15 +17,16 @@ import pytest
 
 from salvagelane.store import Store
 from tests.support.cli import clean_env, command, salvagelane
-from tests.support.serve import HANG, KEY_ENV, Project, Provider, all_runs, openai_connector
+from tests.support.provider import ScriptedServer
+from tests.support.serve import GOOD_REPORT, HANG, KEY_ENV, Project, all_runs, openai_connector
 
 FIRE = "2026-11-23T05:20:00+00:00"
 STALE_AFTER = "1"
 
 
 @pytest.fixture
-def provider() -> Iterator[Provider]:
-    with Provider() as server:
+def provider() -> Iterator[ScriptedServer]:
+    with ScriptedServer(then=GOOD_REPORT) as server:
         yield server
 
 
@@ -57,11 +58,11 @@ def wait_until_stale(database_url: str, run_id: str, seconds: float) -> None:
 
 
 def test_the_next_run_of_a_fire_takes_over_a_claim_whose_process_died(
-    tmp_path: Path, provider: Provider
+    tmp_path: Path, provider: ScriptedServer
 ) -> None:
     project = Project.create(tmp_path)
     project.write_definition(connector=openai_connector(provider.base_url))
-    provider.replies.append(HANG)
+    provider.script.append(HANG)
 
     first = subprocess.Popen(
         command(

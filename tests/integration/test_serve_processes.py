@@ -23,6 +23,7 @@ from salvagelane.store import Store, upgrade
 from salvagelane.store.records import RunSummary
 from tests.support.cli import salvagelane
 from tests.support.postgres import PostgresDatabase
+from tests.support.provider import ScriptedServer
 from tests.support.serve import (
     GOOD_REPORT,
     HANG,
@@ -30,7 +31,6 @@ from tests.support.serve import (
     ROOT,
     Processes,
     Project,
-    Provider,
     all_runs,
     chat,
     openai_connector,
@@ -57,8 +57,8 @@ def project(tmp_path: Path) -> Project:
 
 
 @pytest.fixture
-def provider() -> Iterator[Provider]:
-    with Provider() as server:
+def provider() -> Iterator[ScriptedServer]:
+    with ScriptedServer(then=GOOD_REPORT) as server:
         yield server
 
 
@@ -357,9 +357,9 @@ def test_postgres_standby_takes_over_from_a_killed_leader_without_losing_a_fire(
 
 
 def test_a_run_of_a_killed_node_is_interrupted_and_retried_on_restart(
-    project: Project, processes: Processes, provider: Provider
+    project: Project, processes: Processes, provider: ScriptedServer
 ) -> None:
-    provider.replies.extend([chat(NOTHING), HANG])
+    provider.script.extend([chat(NOTHING), HANG])
     provider.then = HANG
     project.write_definition(grace=30, connector=openai_connector(provider.base_url))
     env = {KEY_ENV: "sk-serve-test"}
@@ -420,7 +420,7 @@ def test_a_run_of_a_killed_node_is_interrupted_and_retried_on_restart(
 
 
 def test_sigterm_gives_up_on_a_hanging_run_after_the_shutdown_timeout(
-    project: Project, processes: Processes, provider: Provider
+    project: Project, processes: Processes, provider: ScriptedServer
 ) -> None:
     provider.then = HANG
     project.write_definition(grace=30, connector=openai_connector(provider.base_url))

@@ -1,10 +1,13 @@
-"""A real HTTP server on 127.0.0.1 answering with scripted responses, for connector and
-webhook tests, plus the fake clock they share and helpers for recorded provider shapes.
+"""The one fake provider of the tests: a real HTTP server on 127.0.0.1 answering with
+scripted responses (connectors, webhooks, the executor, ``serve`` and cron processes), plus
+the fake clock they share and helpers for recorded provider shapes.
 
-Each request pops the next :class:`Scripted` reply (an unscripted request gets 599). A
-reply is either one body with Content-Length, or a stream of chunks written and flushed
-one by one: chunked (optionally cut before the final chunk, as a dropped connection) or
-delimited by closing the connection (so a cut stream ends cleanly, mid-event).
+Each request pops the next :class:`Scripted` reply; once the script runs out, the server's
+``then`` answers (by default 599, an unscripted request). A reply is either one body with
+Content-Length, or a stream of chunks written and flushed one by one: chunked (optionally
+cut before the final chunk, as a dropped connection) or delimited by closing the
+connection (so a cut stream ends cleanly, mid-event). A ``hang`` reply is only sent once
+the server closes: a provider that never answers while the test runs.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ class Scripted:
     stall: float = 0.0
     on_stall: Callable[[], None] | None = None
     resume: bool = False
+    # Answer only once the server closes (the end of the test).
+    hang: bool = False
 
 
 @dataclass
@@ -68,13 +73,21 @@ class Recorded:
 
 
 class ScriptedServer(ThreadingHTTPServer):
+    """Serves until closed; ``with ScriptedServer() as server`` runs it on a thread."""
+
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self) -> None:
+    def __init__(self, *, then: Scripted | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.script: deque[Scripted] = deque()
+        self.then = then if then is not None else Scripted(status=599)
         self.requests: list[Recorded] = []
+        # Called on the server's thread with each request, before its reply is sent.
+        self.on_request: Callable[[Recorded], None] | None = None
+        self.released = threading.Event()
+        self._arrived = threading.Condition()
+        self._thread = threading.Thread(target=self.serve_forever, args=(0.01,), daemon=True)
 
     @property
     def origin(self) -> str:
@@ -85,8 +98,33 @@ class ScriptedServer(ThreadingHTTPServer):
     def base_url(self) -> str:
         return f"{self.origin}/v1"
 
+    def next_reply(self, request: Recorded) -> Scripted:
+        """Record ``request`` and take its reply: the next scripted one, else ``then``."""
+        with self._arrived:
+            self.requests.append(request)
+            self._arrived.notify_all()
+            return self.script.popleft() if self.script else self.then
+
+    def wait_for_requests(self, count: int, timeout: float) -> None:
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: len(self.requests) >= count, timeout):
+                raise AssertionError(
+                    f"the provider got {len(self.requests)} request(s), not {count}, "
+                    f"within {timeout:g} s"
+                )
+
     def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that gave up (the timeout tests) is expected; stay quiet."""
+        """A client that gave up (the timeout tests) or was killed is expected; stay quiet."""
+
+    def __enter__(self) -> ScriptedServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.released.set()
+        self.shutdown()
+        self.server_close()
+        self._thread.join(timeout=5)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -96,14 +134,16 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", "0"))
         raw = self.rfile.read(length)
-        self.server.requests.append(
-            Recorded(
-                path=self.path,
-                headers={k.lower(): v for k, v in self.headers.items()},
-                body=json.loads(raw),
-            )
+        request = Recorded(
+            path=self.path,
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=json.loads(raw),
         )
-        reply = self.server.script.popleft() if self.server.script else Scripted(status=599)
+        reply = self.server.next_reply(request)
+        if self.server.on_request is not None:
+            self.server.on_request(request)
+        if reply.hang:
+            self.server.released.wait()
         if reply.delay:
             time.sleep(reply.delay)
         self.close_connection = True
@@ -155,13 +195,8 @@ class FakeClock:
 
 @pytest.fixture
 def server() -> Iterator[ScriptedServer]:
-    srv = ScriptedServer()
-    thread = threading.Thread(target=srv.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join(timeout=5)
+    with ScriptedServer() as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")

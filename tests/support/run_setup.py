@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,24 +104,10 @@ def aimed_at(provider: ScriptedServer, key_env: str | None = None) -> dict[str, 
 # --- the provider ------------------------------------------------------------------------------
 
 
-@contextmanager
-def serving() -> Iterator[ScriptedServer]:
-    """A :class:`ScriptedServer` answering on 127.0.0.1 until the block ends."""
-    server = ScriptedServer()
-    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-
-
 @pytest.fixture
 def provider() -> Iterator[ScriptedServer]:
     """A scripted HTTP server on 127.0.0.1, serving the provider and a webhook alike."""
-    with serving() as server:
+    with ScriptedServer() as server:
         yield server
 
 

@@ -8,8 +8,9 @@
   wait for a line or an event with a timeout instead of sleeping blindly.
 * :class:`Processes`: starts them and kills whatever is left at teardown, so a failing
   test never leaves a scheduler running.
-* :class:`Provider`: a local chat-completions server that answers, hangs or answers a
-  good report per request, and tells when the Nth request has arrived.
+* :data:`GOOD_REPORT`, :data:`HANG`: replies of the local provider
+  (:class:`tests.support.provider.ScriptedServer`), which also tells when the Nth request
+  has arrived.
 """
 
 from __future__ import annotations
@@ -22,17 +23,17 @@ import signal
 import subprocess
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from salvagelane.store import Store
 from salvagelane.store.records import RunSummary
 from tests.support.cli import FIXTURE, ROOT, clean_env, command
+from tests.support.provider import Scripted
+from tests.support.run_setup import JSON_HEADERS, chat_answer
 
 COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
 KEY_ENV = "SALVAGELANE_SERVE_TEST_KEY"
@@ -356,92 +357,13 @@ def wait_for_runs(
         time.sleep(0.1)
 
 
-# --- a local provider --------------------------------------------------------------------------
+# --- a local provider -------------------------------------------------------------------------
 
-
-def chat(content: str, finish: str = "stop") -> dict[str, Any]:
-    return {
-        "id": "gen-1",
-        "model": "test/model",
-        "choices": [
-            {"message": {"role": "assistant", "content": content}, "finish_reason": finish}
-        ],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 50},
-    }
-
-
+chat = chat_answer
 GOOD_REPORT = chat(json.dumps(COMPLETE, indent=2))
-HANG = None
+"""What a provider serving a ``serve`` test answers unless scripted otherwise
+(``ScriptedServer(then=GOOD_REPORT)``)."""
+HANG = Scripted(
+    hang=True, body={"error": {"message": "the test is over", "code": 500}}, headers=JSON_HEADERS
+)
 """A reply that never comes (until the provider is closed)."""
-
-
-class Provider(ThreadingHTTPServer):
-    """Chat completions on 127.0.0.1: each request takes the next of ``replies`` (a body,
-    or :data:`HANG`); once they run out, ``then`` answers (HANG too, if so set)."""
-
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _ProviderHandler)
-        self.replies: deque[dict[str, Any] | None] = deque()
-        self.then: dict[str, Any] | None = GOOD_REPORT
-        self.requests: list[dict[str, Any]] = []
-        self.released = threading.Event()
-        self._arrived = threading.Condition()
-        self._thread = threading.Thread(target=self.serve_forever, args=(0.02,), daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def next_reply(self, body: dict[str, Any]) -> dict[str, Any] | None:
-        with self._arrived:
-            self.requests.append(body)
-            self._arrived.notify_all()
-            return self.replies.popleft() if self.replies else self.then
-
-    def wait_for_requests(self, count: int, timeout: float) -> None:
-        with self._arrived:
-            if not self._arrived.wait_for(lambda: len(self.requests) >= count, timeout):
-                raise AssertionError(
-                    f"the provider got {len(self.requests)} request(s), not {count}, "
-                    f"within {timeout:g} s"
-                )
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A killed client is expected; stay quiet."""
-
-    def __enter__(self) -> Provider:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.released.set()
-        self.shutdown()
-        self.server_close()
-        self._thread.join(timeout=5)
-
-
-class _ProviderHandler(BaseHTTPRequestHandler):
-    server: Provider
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length", "0"))
-        reply = self.server.next_reply(json.loads(self.rfile.read(length)))
-        if reply is HANG:
-            self.server.released.wait()
-            reply = {"error": {"message": "the test is over", "code": 500}}
-        body = json.dumps(reply).encode()
-        self.close_connection = True
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
