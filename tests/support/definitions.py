@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.cli import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFINITION = Path("instructions") / "daily-triage.yaml"
@@ -71,14 +72,7 @@ def run_measured(
 ) -> Measured:
     """Run ``salvagelane ARGS`` to completion under memory and CPU limits; its exit status,
     output, peak RSS and CPU time."""
-    environ = {
-        key: value
-        for key, value in os.environ.items()
-        if key
-        not in {"SALVAGELANE_DATABASE_URL", "SALVAGELANE_LOG_FORMAT", "SALVAGELANE_SPOOL_DIR"}
-    }
-    environ["PYTHONUNBUFFERED"] = "1"
-    environ.update(env or {})
+    environ = clean_env(env)
     with (
         tempfile.TemporaryDirectory() as scratch,
         tempfile.TemporaryFile() as out,
