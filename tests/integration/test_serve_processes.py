@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from salvagelane.store import Store, upgrade
-from salvagelane.store.records import RunSummary
+from salvagelane.store.values import RunSummary
 from tests.support.cli import salvagelane
 from tests.support.postgres import PostgresDatabase
 from tests.support.provider import ScriptedServer

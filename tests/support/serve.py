@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from salvagelane.store import Store
-from salvagelane.store.records import RunSummary
+from salvagelane.store.values import RunSummary
 from tests.support.cli import FIXTURE, ROOT, clean_env, command
 from tests.support.provider import Scripted
 from tests.support.run_setup import JSON_HEADERS, chat_answer

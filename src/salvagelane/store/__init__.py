@@ -1,7 +1,7 @@
 """Persistence of runs, attempts (with raw model output), reports and the quarantine lane.
 
 SQLite or PostgreSQL, through SQLAlchemy 2 and Alembic migrations shipped in the package.
-Open a :class:`Store`; it hands back the dataclasses of :mod:`salvagelane.store.records`,
+Open a :class:`Store`; it hands back the dataclasses of :mod:`salvagelane.store.values`,
 whose closed sets of words are the StrEnums of :mod:`salvagelane.vocabulary`.
 """
 
@@ -26,7 +26,9 @@ from salvagelane.store.leadership import (
     SqliteServeLock,
     leader_lock_for,
 )
-from salvagelane.store.records import (
+from salvagelane.store.repository import Store
+from salvagelane.store.review import QuarantineLane
+from salvagelane.store.values import (
     ApprovalView,
     AttemptView,
     ClaimedDelivery,
@@ -48,8 +50,6 @@ from salvagelane.store.records import (
     RunSummary,
     SinkDeliveryView,
 )
-from salvagelane.store.repository import Store
-from salvagelane.store.review import QuarantineLane
 
 __all__ = [
     "SCHEDULER_LOCK_KEY",

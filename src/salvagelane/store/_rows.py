@@ -29,7 +29,7 @@ from salvagelane.store.models import (
     RunRow,
     SinkDeliveryRow,
 )
-from salvagelane.store.records import (
+from salvagelane.store.values import (
     AttemptView,
     DefinitionRecord,
     ReportItemView,
@@ -171,7 +171,7 @@ def deliveries_of(session: Session, run_id: str) -> list[SinkDeliveryRow]:
 # --- rows made records ----------------------------------------------------------------------
 
 
-def values(record: DataclassInstance, *, omit: Collection[str] = ()) -> dict[str, Any]:
+def columns_of(record: DataclassInstance, *, omit: Collection[str] = ()) -> dict[str, Any]:
     """``record``'s fields by name but those in ``omit``: the keyword arguments for the
     ORM row (or the record) whose columns carry the same names."""
     return {f.name: getattr(record, f.name) for f in fields(record) if f.name not in omit}

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session, aliased
 from salvagelane.errors import NotFoundError
 from salvagelane.store._rows import Transactions, deliveries_of, get_run, view
 from salvagelane.store.models import ReportRow, RunRow, SinkDeliveryRow
-from salvagelane.store.records import (
+from salvagelane.store.values import (
     ClaimedDelivery,
     DeliveryRun,
     OpenDelivery,

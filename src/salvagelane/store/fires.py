@@ -24,7 +24,7 @@ from salvagelane.store._rows import (
     summaries,
 )
 from salvagelane.store.models import FIRE_CONSTRAINT, RunRow, ScheduleStateRow
-from salvagelane.store.records import DefinitionRecord, RunSummary
+from salvagelane.store.values import DefinitionRecord, RunSummary
 from salvagelane.vocabulary import RunStatus, Trigger
 
 

@@ -1,7 +1,7 @@
 """The ORM tables of the store, and the column types that make them portable.
 
 Only the store's modules touch these classes: they turn rows into the dataclasses of
-:mod:`salvagelane.store.records` before a session closes, so no caller ever holds an
+:mod:`salvagelane.store.values` before a session closes, so no caller ever holds an
 ORM object or a session.
 """
 

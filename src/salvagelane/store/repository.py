@@ -1,7 +1,7 @@
 """The store: runs, attempts, reports and the quarantine lane, on SQLite or PostgreSQL.
 
 Every public method is one short transaction of its own and returns dataclasses from
-:mod:`salvagelane.store.records`. Database errors are translated into StoreError here,
+:mod:`salvagelane.store.values`. Database errors are translated into StoreError here,
 once; an unknown id is a NotFoundError.
 """
 
@@ -23,6 +23,7 @@ from salvagelane.store._rows import (
     attempt_view,
     bound_raw,
     close_run,
+    columns_of,
     deliveries_of,
     get_run,
     insert_definition,
@@ -33,7 +34,6 @@ from salvagelane.store._rows import (
     running_run,
     summaries,
     summary,
-    values,
     view,
 )
 from salvagelane.store.deliveries import DeliveryOutbox, enqueue
@@ -57,7 +57,9 @@ from salvagelane.store.models import (
     ReportRow,
     RunRow,
 )
-from salvagelane.store.records import (
+from salvagelane.store.review import QuarantineLane
+from salvagelane.store.spool import Imported, SpooledAttempt
+from salvagelane.store.values import (
     ClaimedDelivery,
     DefinitionRecord,
     PendingDelivery,
@@ -68,8 +70,6 @@ from salvagelane.store.records import (
     RunSummary,
     SinkDeliveryView,
 )
-from salvagelane.store.review import QuarantineLane
-from salvagelane.store.spool import Imported, SpooledAttempt
 from salvagelane.vocabulary import FAILURE_STATUSES, FINAL_RUN_STATUSES, RunStatus, Trigger
 
 MIN_PREFIX = 8
@@ -387,7 +387,7 @@ class Store:
                 stored = _attempt_numbered(session, entry.run_id, entry.number)
                 if stored is not None:
                     return _compare_spooled(stored, entry)
-                session.add(AttemptRow(id=new_id(), **values(entry, omit={"database"})))
+                session.add(AttemptRow(id=new_id(), **columns_of(entry, omit={"database"})))
                 return Imported.IMPORTED
         except StoreError as exc:
             # Two importers racing (PostgreSQL): the loser finds the winner's row.
@@ -453,7 +453,7 @@ class Store:
             if report is not None:
                 _add_report(session, run_id, report, created_at=finished_at)
             session.add_all(
-                QuarantinedItemRow(run_id=run_id, created_at=finished_at, **values(record))
+                QuarantinedItemRow(run_id=run_id, created_at=finished_at, **columns_of(record))
                 for record in quarantined
             )
             run.best_attempt_id = None if report is None else report.attempt_id
@@ -536,7 +536,7 @@ class Store:
             return view(
                 RunDetail,
                 run,
-                **values(summary(run, figures)),
+                **columns_of(summary(run, figures)),
                 attempts=attempts,
                 report=report_view(session, run.id, figures),
                 quarantined=[
@@ -623,7 +623,7 @@ def _add_report(
     report_id = new_id()
     session.add(
         ReportRow(
-            id=report_id, run_id=run_id, created_at=created_at, **values(report, omit={"items"})
+            id=report_id, run_id=run_id, created_at=created_at, **columns_of(report, omit={"items"})
         )
     )
     # Without relationships the unit of work does not order inserts across tables: the
@@ -634,7 +634,7 @@ def _add_report(
             report_id=report_id,
             position=position,
             coercions=None if item.coercions is None else list(item.coercions),
-            **values(item, omit={"coercions"}),
+            **columns_of(item, omit={"coercions"}),
         )
         for position, item in enumerate(report.items)
     )

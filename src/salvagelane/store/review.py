@@ -30,7 +30,7 @@ from salvagelane.store.models import (
     ReportRow,
     RunRow,
 )
-from salvagelane.store.records import (
+from salvagelane.store.values import (
     ApprovalView,
     InputDigest,
     QuarantineDetail,
