@@ -647,6 +647,8 @@ ROWS: list[Row] = [
     row(
         "reject-all, no note", "quarantine list --reject-all --yes", code=2, err="--note", **SQLITE
     ),
+    row("health", "health", code=0, out="instruction  daily-triage"),
+    row("health, unknown instruction", "health --instruction nope", code=2, err="nope"),
     row("quarantine show", "quarantine show {item}", code=0, out="truncated  [pending]"),
     row("quarantine show, unknown item", "quarantine show 999", code=2, err="999"),
     row(

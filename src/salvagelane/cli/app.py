@@ -53,6 +53,12 @@ COMMANDS: Mapping[str, LazyCommand] = {
         target="salvagelane.cli.fixture_commands:fixture_group",
         summary="Regression fixtures: capture a stored run's raw output and its outcome.",
     ),
+    "health": LazyCommand(
+        target="salvagelane.cli.health_commands:health_command",
+        summary="Show each instruction's run health: clean scheduled runs in a row, recent "
+        "statuses, partial and failed rates, quarantine reasons per day, finish reasons, "
+        "missed and interrupted fires, tokens per day.",
+    ),
     "init": LazyCommand(
         target="salvagelane.cli.init_commands:init_command",
         summary="Write a working example project into DIRECTORY (default: here, created "

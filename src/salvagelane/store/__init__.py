@@ -19,6 +19,7 @@ from salvagelane.store.engine import (
     upgrade,
 )
 from salvagelane.store.fires import FireLedger
+from salvagelane.store.health import HealthReader, InstructionHealth
 from salvagelane.store.leadership import (
     SCHEDULER_LOCK_KEY,
     LeaderLock,
@@ -60,7 +61,9 @@ __all__ = [
     "DeliveryOutbox",
     "DeliveryRun",
     "FireLedger",
+    "HealthReader",
     "InputDigest",
+    "InstructionHealth",
     "LeaderLock",
     "OpenDelivery",
     "PendingDelivery",

@@ -49,6 +49,7 @@ from salvagelane.store.engine import (
 )
 from salvagelane.store.figures import figures_of
 from salvagelane.store.fires import FireLedger
+from salvagelane.store.health import HealthReader
 from salvagelane.store.models import (
     AttemptRow,
     DefinitionVersionRow,
@@ -159,6 +160,11 @@ class Store:
     def fires(self) -> FireLedger:
         """The bookkeeping of scheduled fires: missed fires, retries, schedules."""
         return FireLedger(self._transaction, self.url)
+
+    @property
+    def health(self) -> HealthReader:
+        """Run health per instruction: streaks, rates, reasons and tokens over time."""
+        return HealthReader(self._transaction, self.url)
 
     def close(self) -> None:
         """Close every pooled connection."""

@@ -1,0 +1,125 @@
+"""``salvagelane health``: is each instruction's scheduled job healthy?
+
+Reads only (the database is opened read-only). The figures are the store's
+(:mod:`salvagelane.store.health`), the same the review page's health view shows.
+Exit codes: 0 done (also when nothing is stored); 2 an unknown instruction, a missing
+database or bad options.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import click
+
+from salvagelane.cli.options import database_option, json_option
+from salvagelane.cli.render import when
+from salvagelane.cli.wiring import open_store, require_known_instruction
+from salvagelane.safe_text import line
+
+if TYPE_CHECKING:  # the store is imported inside the command: `--help` must stay cheap
+    from salvagelane.store import InstructionHealth
+
+_STRIP = {"ok": "o", "partial": "p", "failed": "F", "interrupted": "I", "missed": "M"}
+"""One letter per status in the strip of recent runs (``running`` is ``.``)."""
+
+
+@click.command("health")
+@click.option("--instruction", "instruction_id", metavar="ID", help="Only this instruction.")
+@click.option(
+    "--days",
+    default=30,
+    show_default=True,
+    type=click.IntRange(min=1, max=3660),
+    help="Rates, reasons, fires and tokens over the last N days (UTC).",
+)
+@database_option
+@json_option
+def health_command(
+    instruction_id: str | None, days: int, database: str | None, as_json: bool
+) -> None:
+    """Show each instruction's run health: clean scheduled runs in a row, recent statuses,
+    partial and failed rates, quarantine reasons per day, finish reasons, missed and
+    interrupted fires, tokens per day.
+
+    A clean run is a scheduled run that ended ok with nothing quarantined (nor approved by
+    an operator); missed and interrupted fires break the streak.
+    """
+    now = datetime.now(UTC)
+    with open_store(database, read_only=True) as store:
+        if instruction_id is not None:
+            require_known_instruction(store, instruction_id)
+            ids = [instruction_id]
+        else:
+            ids = store.instruction_ids()
+        figures = [store.health.instruction_health(i, now=now, days=days) for i in ids]
+        url = store.url
+    if as_json:
+        from salvagelane.store.health import health_json
+
+        click.echo(json.dumps([health_json(h) for h in figures], indent=2, ensure_ascii=False))
+        return
+    if not figures:
+        click.echo(f"no runs stored in {line(url)}")
+        return
+    click.echo("\n\n".join(health_text(h) for h in figures))
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{line(key)} {n}" for key, n in counts.items()) or "-"
+
+
+def health_text(health: InstructionHealth) -> str:
+    """One instruction's figures for the terminal."""
+    streak = health.streak
+    lines = [f"instruction  {line(health.instruction_id)}"]
+    clean = f"{streak.count} clean scheduled run" + ("" if streak.count == 1 else "s")
+    if streak.since is not None:
+        clean += f" in a row, since {when(streak.since)}"
+    if streak.broken_by is not None:
+        broken = streak.broken_by
+        clean += (
+            f" (before that: run {line(broken.id[:8])} {line(broken.status)} "
+            f"at {when(broken.created_at)})"
+        )
+    lines.append(f"streak       {clean}")
+    strip = "".join(_STRIP.get(run.status, ".") for run in reversed(health.recent))
+    lines.append(
+        f"recent       {strip or '-'}  (oldest to newest; o ok, p partial, F failed, "
+        "I interrupted, M missed)"
+    )
+    lines.append(
+        f"window       {health.days} days since {when(health.since)} UTC: "
+        f"{health.runs} runs, {health.ended} ended"
+    )
+    lines.append(f"statuses     {_counts(health.statuses)}")
+    lines.append(
+        f"rates        partial {_percent(health.partial_rate)}, "
+        f"failed {_percent(health.failed_rate)}"
+    )
+    lines.append(
+        f"fires        missed {health.missed_fires}, interrupted {health.interrupted_fires}"
+    )
+    lines.append(f"finish       {_counts(health.finish_reasons)}")
+    lines.append("quarantined per day")
+    for day, reasons in health.quarantined_by_day.items():
+        lines.append(f"  {day}  {_counts(reasons)}")
+    if not health.quarantined_by_day:
+        lines.append("  none")
+    lines.append("tokens per day (prompt + completion = total)")
+    for day, usage in health.tokens_by_day.items():
+        unreported = f", {usage.unreported} unreported" if usage.unreported else ""
+        lines.append(
+            f"  {day}  {usage.prompt} + {usage.completion} = {usage.total} "
+            f"({usage.attempts} calls{unreported})"
+        )
+    if not health.tokens_by_day:
+        lines.append("  none")
+    return "\n".join(lines)

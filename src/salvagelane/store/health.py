@@ -1,0 +1,454 @@
+"""Run health per instruction: is the scheduled job healthy, and what breaks when it breaks?
+
+Reached through :attr:`Store.health <salvagelane.store.Store.health>`. Two halves: the
+pure computation (:func:`clean`, :func:`streak_of`, :func:`rate`, :func:`by_day`,
+:func:`tokens_of`, :func:`health_of`), which takes plain values and reads no clock, and
+:class:`HealthReader`, which reads those values from the database. ``salvagelane health``
+and the review page's health view both print an :class:`InstructionHealth` from here, so
+they cannot disagree.
+
+- A **clean** run is a scheduled run (trigger ``schedule`` or ``catch_up``) that ended
+  ``ok`` with nothing quarantined: no item of its chosen attempt held back, and none
+  approved by an operator either (a run an operator had to repair was not clean).
+- The **streak** counts clean scheduled runs in a row, from the newest ended one back;
+  ``missed`` and ``interrupted`` fires break it as any other status does. Runs still
+  ``running`` are left out.
+- The **window** is the last ``days`` UTC days up to ``now``; rates, finish reasons,
+  missed and interrupted fires, quarantine reasons and tokens per day are over it. The
+  **recent** strip is the last 30 runs of any trigger, newest first.
+- **partial rate** and **failed rate** are over the runs that ended in the window (``ok``,
+  ``partial``, ``failed``, ``interrupted``); None when none did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from salvagelane.store._rows import Transactions
+from salvagelane.store.figures import RunFigures, figures_of
+from salvagelane.store.models import AttemptRow, QuarantinedItemRow, RunRow
+from salvagelane.vocabulary import FINAL_RUN_STATUSES, ReviewStatus, RunStatus, Trigger
+
+RECENT_RUNS = 30
+"""How many runs the strip of statuses shows."""
+DEFAULT_DAYS = 30
+"""The default window of the other figures, in days."""
+SCHEDULED_TRIGGERS = frozenset({Trigger.SCHEDULE, Trigger.CATCH_UP})
+"""The triggers of a scheduled run (a fire, on time or caught up)."""
+_PAGE = 200
+"""Scheduled runs read per query while counting the streak back."""
+
+
+# --- values ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HealthRun:
+    """One run as the health figures see it: its figures (:mod:`.figures`) and trigger."""
+
+    id: str
+    trigger: Trigger
+    scheduled_for: datetime | None
+    created_at: datetime
+    status: RunStatus
+    quarantined: int
+    operator_approved: int
+    finish_reason: str | None
+
+    @property
+    def scheduled(self) -> bool:
+        return self.trigger in SCHEDULED_TRIGGERS
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecentRun:
+    """One run of the strip of statuses."""
+
+    id: str
+    status: RunStatus
+    trigger: Trigger
+    created_at: datetime
+    clean: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Streak:
+    """Clean scheduled runs in a row (``count``), newest first; ``since`` is the creation
+    of the oldest of them; ``broken_by`` the newest scheduled run that was not clean (None:
+    every ended scheduled run was)."""
+
+    count: int
+    since: datetime | None
+    broken_by: RecentRun | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TokenUsage:
+    """Tokens of one day: prompt and completion as the providers reported them
+    (``attempts`` counts the calls, ``unreported`` those that reported none)."""
+
+    prompt: int
+    completion: int
+    attempts: int
+    unreported: int
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.completion
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InstructionHealth:
+    """The health figures of one instruction (see the module docstring)."""
+
+    instruction_id: str
+    since: datetime
+    until: datetime
+    days: int
+    recent: tuple[RecentRun, ...]
+    streak: Streak
+    runs: int
+    ended: int
+    statuses: Mapping[str, int]
+    partial_rate: float | None
+    failed_rate: float | None
+    finish_reasons: Mapping[str, int]
+    missed_fires: int
+    interrupted_fires: int
+    quarantined_by_day: Mapping[str, Mapping[str, int]]
+    tokens_by_day: Mapping[str, TokenUsage]
+
+
+# --- the pure computation -------------------------------------------------------------------
+
+
+def clean(run: HealthRun) -> bool:
+    """A scheduled run that ended ``ok`` with nothing quarantined (nor approved)."""
+    return (
+        run.scheduled
+        and run.status == RunStatus.OK
+        and run.quarantined == 0
+        and run.operator_approved == 0
+    )
+
+
+def recent_of(run: HealthRun) -> RecentRun:
+    return RecentRun(
+        id=run.id,
+        status=run.status,
+        trigger=run.trigger,
+        created_at=run.created_at,
+        clean=clean(run),
+    )
+
+
+def streak_of(scheduled_newest_first: Iterable[HealthRun]) -> Streak:
+    """The streak of clean runs at the head of ``scheduled_newest_first`` (ended scheduled
+    runs, newest first; others are skipped). Reads only as far as the first unclean run."""
+    count = 0
+    since = None
+    for run in scheduled_newest_first:
+        if not run.scheduled or run.status == RunStatus.RUNNING:
+            continue
+        if not clean(run):
+            return Streak(count=count, since=since, broken_by=recent_of(run))
+        count += 1
+        since = run.created_at
+    return Streak(count=count, since=since, broken_by=None)
+
+
+def rate(part: int, whole: int) -> float | None:
+    """``part / whole`` rounded to 4 places; None for an empty whole."""
+    return None if whole == 0 else round(part / whole, 4)
+
+
+def day_of(moment: datetime) -> str:
+    """The UTC day of ``moment`` (timezone-aware, as the store returns them): 2026-11-21."""
+    return moment.astimezone(UTC).date().isoformat()
+
+
+def days_between(since: datetime, until: datetime) -> list[str]:
+    """Every UTC day from ``since``'s to ``until``'s, oldest first."""
+    first, last = date.fromisoformat(day_of(since)), date.fromisoformat(day_of(until))
+    return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+
+
+def by_day(counts: Iterable[tuple[datetime, str, int]]) -> dict[str, dict[str, int]]:
+    """(moment, key, count) rows summed per UTC day and key; days and keys sorted."""
+    days: dict[str, dict[str, int]] = {}
+    for moment, key, count in counts:
+        bucket = days.setdefault(day_of(moment), {})
+        bucket[key] = bucket.get(key, 0) + count
+    return {day: dict(sorted(days[day].items())) for day in sorted(days)}
+
+
+def _tokens(usage: Any, key: str) -> int | None:
+    if not isinstance(usage, Mapping):
+        return None
+    value = usage.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def tokens_of(attempts: Iterable[tuple[datetime, Any]]) -> dict[str, TokenUsage]:
+    """(started at, usage) of model calls as tokens per UTC day; the connectors store
+    ``prompt_tokens`` and ``completion_tokens`` (None when the provider sent none)."""
+    days: dict[str, list[int]] = {}
+    for moment, usage in attempts:
+        prompt, completion = _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
+        bucket = days.setdefault(day_of(moment), [0, 0, 0, 0])
+        bucket[0] += prompt or 0
+        bucket[1] += completion or 0
+        bucket[2] += 1
+        bucket[3] += prompt is None and completion is None
+    return {
+        day: TokenUsage(prompt=p, completion=c, attempts=n, unreported=u)
+        for day, (p, c, n, u) in sorted(days.items())
+    }
+
+
+def health_of(
+    instruction_id: str,
+    *,
+    since: datetime,
+    until: datetime,
+    days: int,
+    recent: Sequence[HealthRun],
+    scheduled: Iterable[HealthRun],
+    window: Sequence[HealthRun],
+    quarantined: Iterable[tuple[datetime, str, int]],
+    attempts: Iterable[tuple[datetime, Any]],
+) -> InstructionHealth:
+    """The figures from their inputs: the ``recent`` runs (newest first), the ended
+    ``scheduled`` runs newest first (read lazily, as far as the streak goes), the runs of
+    the ``window``, its quarantined items as (created at, reason, count) and its model
+    calls as (started at, usage)."""
+    statuses: dict[str, int] = {}
+    finish: dict[str, int] = {}
+    for run in window:
+        statuses[run.status] = statuses.get(run.status, 0) + 1
+        if run.status in FINAL_RUN_STATUSES:
+            reason = run.finish_reason or "none"
+            finish[reason] = finish.get(reason, 0) + 1
+    ended = sum(statuses.get(status, 0) for status in FINAL_RUN_STATUSES)
+    fires = [run for run in window if run.scheduled]
+    return InstructionHealth(
+        instruction_id=instruction_id,
+        since=since,
+        until=until,
+        days=days,
+        recent=tuple(recent_of(run) for run in recent[:RECENT_RUNS]),
+        streak=streak_of(scheduled),
+        runs=len(window),
+        ended=ended,
+        statuses={str(s): statuses[s] for s in RunStatus if s in statuses},
+        partial_rate=rate(statuses.get(RunStatus.PARTIAL, 0), ended),
+        failed_rate=rate(statuses.get(RunStatus.FAILED, 0), ended),
+        finish_reasons=dict(sorted(finish.items(), key=lambda kv: (-kv[1], kv[0]))),
+        missed_fires=sum(run.status == RunStatus.MISSED for run in fires),
+        interrupted_fires=sum(run.status == RunStatus.INTERRUPTED for run in fires),
+        quarantined_by_day=by_day(quarantined),
+        tokens_by_day=tokens_of(attempts),
+    )
+
+
+# --- the read side --------------------------------------------------------------------------
+
+
+class HealthReader:
+    """The health figures, read from the store's database (one transaction per call)."""
+
+    def __init__(self, transaction: Transactions, url: str) -> None:
+        self._transaction = transaction
+        self._url = url
+
+    def instruction_health(
+        self, instruction_id: str, *, now: datetime, days: int = DEFAULT_DAYS
+    ) -> InstructionHealth:
+        """The figures of ``instruction_id`` over the ``days`` UTC days up to ``now``."""
+        if days < 1:
+            raise ValueError(f"days: expected at least 1, got {days}")
+        since = _midnight(now) - timedelta(days=days - 1)
+        with self._transaction(f"read the health of {instruction_id}") as session:
+            recent = _health_runs(
+                session,
+                sa.select(RunRow)
+                .where(RunRow.instruction_id == instruction_id)
+                .order_by(RunRow.created_at.desc(), RunRow.id.desc())
+                .limit(RECENT_RUNS),
+            )
+            window = _health_runs(
+                session,
+                sa.select(RunRow)
+                .where(RunRow.instruction_id == instruction_id, RunRow.created_at >= since)
+                .order_by(RunRow.created_at.desc(), RunRow.id.desc()),
+            )
+            return health_of(
+                instruction_id,
+                since=since,
+                until=now,
+                days=days,
+                recent=recent,
+                scheduled=_scheduled_newest_first(session, instruction_id),
+                window=window,
+                quarantined=quarantined_per_moment(
+                    session, instruction_id=instruction_id, since=since
+                ),
+                attempts=session.execute(
+                    sa.select(AttemptRow.started_at, AttemptRow.usage)
+                    .join(RunRow, RunRow.id == AttemptRow.run_id)
+                    .where(RunRow.instruction_id == instruction_id, AttemptRow.started_at >= since)
+                ).tuples(),
+            )
+
+    def quarantined_by_day(
+        self,
+        *,
+        instruction_id: str | None = None,
+        reason: str | None = None,
+        review_status: ReviewStatus | None = None,
+        since: datetime,
+    ) -> dict[str, dict[str, int]]:
+        """Quarantined items per UTC day and reason since ``since``, as the queue's filters
+        select them (``review_status`` None: every item but the superseded ones)."""
+        with self._transaction("count the quarantine per day") as session:
+            return by_day(
+                quarantined_per_moment(
+                    session,
+                    instruction_id=instruction_id,
+                    reason=reason,
+                    review_status=review_status,
+                    since=since,
+                )
+            )
+
+
+def _midnight(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def _health_runs(session: Session, stmt: sa.Select[tuple[RunRow]]) -> list[HealthRun]:
+    runs = list(session.scalars(stmt))
+    figures: dict[str, RunFigures] = {}
+    # figures_of batches by id (IN lists); a window of a frequent instruction is long.
+    for start in range(0, len(runs), 500):
+        figures.update(figures_of(session, runs[start : start + 500]))
+    return [_health_run(run, figures[run.id]) for run in runs]
+
+
+def _health_run(run: RunRow, figures: RunFigures) -> HealthRun:
+    return HealthRun(
+        id=run.id,
+        trigger=run.trigger,
+        scheduled_for=run.scheduled_for,
+        created_at=run.created_at,
+        status=figures.status,
+        quarantined=figures.quarantined,
+        operator_approved=figures.operator_approved,
+        finish_reason=figures.finish_reason,
+    )
+
+
+def _scheduled_newest_first(session: Session, instruction_id: str) -> Iterator[HealthRun]:
+    """The instruction's ended scheduled runs, by fire time newest first, a page at a time
+    (the streak stops reading at its first unclean run)."""
+    fire = sa.func.coalesce(RunRow.scheduled_for, RunRow.created_at)
+    stmt = (
+        sa.select(RunRow)
+        .where(
+            RunRow.instruction_id == instruction_id,
+            RunRow.trigger.in_([str(t) for t in SCHEDULED_TRIGGERS]),
+            RunRow.status != RunStatus.RUNNING,
+        )
+        .order_by(fire.desc(), RunRow.fire_attempt.desc(), RunRow.created_at.desc(), RunRow.id)
+    )
+    offset = 0
+    while True:
+        page = _health_runs(session, stmt.offset(offset).limit(_PAGE))
+        yield from page
+        if len(page) < _PAGE:
+            return
+        offset += _PAGE
+
+
+def quarantined_per_moment(
+    session: Session,
+    *,
+    instruction_id: str | None = None,
+    reason: str | None = None,
+    review_status: ReviewStatus | None = None,
+    since: datetime,
+) -> list[tuple[datetime, str, int]]:
+    """(created at, reason, count) of the quarantined items the filters select: grouped
+    by moment in SQL (a run's items share one), by UTC day in :func:`by_day`, the same
+    on both backends whatever the session's time zone."""
+    stmt = (
+        sa.select(
+            QuarantinedItemRow.created_at,
+            QuarantinedItemRow.reason,
+            sa.func.count(QuarantinedItemRow.id),
+        )
+        .where(QuarantinedItemRow.created_at >= since)
+        .group_by(QuarantinedItemRow.created_at, QuarantinedItemRow.reason)
+    )
+    if review_status is None:
+        stmt = stmt.where(QuarantinedItemRow.review_status != ReviewStatus.SUPERSEDED)
+    else:
+        stmt = stmt.where(QuarantinedItemRow.review_status == review_status)
+    if instruction_id is not None:
+        stmt = stmt.where(QuarantinedItemRow.instruction_id == instruction_id)
+    if reason is not None:
+        stmt = stmt.where(QuarantinedItemRow.reason == reason)
+    return [(moment, str(why), count) for moment, why, count in session.execute(stmt).tuples()]
+
+
+def health_json(health: InstructionHealth) -> dict[str, Any]:
+    """``health`` as JSON-ready data: what ``salvagelane health --json`` prints and the
+    page's health view shows."""
+
+    def recent(run: RecentRun) -> dict[str, Any]:
+        return {
+            "run_id": run.id,
+            "status": str(run.status),
+            "trigger": str(run.trigger),
+            "created_at": run.created_at.isoformat(),
+            "clean": run.clean,
+        }
+
+    streak = health.streak
+    return {
+        "instruction": health.instruction_id,
+        "since": health.since.isoformat(),
+        "until": health.until.isoformat(),
+        "days": health.days,
+        "streak": {
+            "clean_scheduled_runs": streak.count,
+            "since": None if streak.since is None else streak.since.isoformat(),
+            "broken_by": None if streak.broken_by is None else recent(streak.broken_by),
+        },
+        "recent": [recent(run) for run in health.recent],
+        "runs": health.runs,
+        "ended": health.ended,
+        "statuses": dict(health.statuses),
+        "partial_rate": health.partial_rate,
+        "failed_rate": health.failed_rate,
+        "finish_reasons": dict(health.finish_reasons),
+        "missed_fires": health.missed_fires,
+        "interrupted_fires": health.interrupted_fires,
+        "quarantined_by_day": {day: dict(c) for day, c in health.quarantined_by_day.items()},
+        "tokens_by_day": {
+            day: {
+                "prompt": usage.prompt,
+                "completion": usage.completion,
+                "total": usage.total,
+                "attempts": usage.attempts,
+                "unreported": usage.unreported,
+            }
+            for day, usage in health.tokens_by_day.items()
+        },
+    }

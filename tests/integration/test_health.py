@@ -1,0 +1,149 @@
+"""Run health (``Store.health`` and ``salvagelane health``) on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from salvagelane.store import Store, upgrade
+from salvagelane.store.health import health_json
+from salvagelane.vocabulary import RunStatus, Trigger
+from tests.support.cli import salvagelane
+from tests.support.history import seed
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+DAY = timedelta(days=1)
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[Store]:
+    upgrade(database_url)
+    with Store.open(database_url) as opened:
+        yield opened
+
+
+def history(store: Store) -> dict[str, str]:
+    """Eight days of a daily fire, oldest first: clean, partial, missed, interrupted, then
+    three clean ones; a manual run in between; a failed fire outside a 7-day window."""
+    runs = {}
+    runs["old-failed"] = seed(store, at=NOW - 9 * DAY, status=RunStatus.FAILED)
+    runs["clean-1"] = seed(store, at=NOW - 6 * DAY, status=RunStatus.OK)
+    runs["partial"] = seed(
+        store, at=NOW - 5 * DAY, status=RunStatus.PARTIAL, reasons=("schema", "truncated")
+    )
+    runs["missed"] = seed(store, at=NOW - 4 * DAY, status=RunStatus.MISSED)
+    runs["interrupted"] = seed(store, at=NOW - 3 * DAY, status=RunStatus.INTERRUPTED)
+    runs["manual"] = seed(
+        store,
+        at=NOW - 3 * DAY + timedelta(hours=1),
+        status=RunStatus.PARTIAL,
+        trigger=Trigger.MANUAL,
+        reasons=("schema",),
+        finish_reason="length",
+    )
+    for n, back in enumerate((2, 1, 0), 1):
+        runs[f"streak-{n}"] = seed(
+            store, at=NOW - back * DAY - timedelta(hours=1), status=RunStatus.OK
+        )
+    runs["other"] = seed(store, at=NOW, status=RunStatus.FAILED, instruction_id="weekly")
+    return runs
+
+
+def test_the_figures_of_one_instruction(store: Store) -> None:
+    runs = history(store)
+
+    health = store.health.instruction_health("daily", now=NOW, days=7)
+
+    assert health.streak.count == 3
+    assert health.streak.since == NOW - 2 * DAY - timedelta(hours=1)
+    assert health.streak.broken_by is not None
+    assert (health.streak.broken_by.id, health.streak.broken_by.status) == (
+        runs["interrupted"],
+        "interrupted",
+    )
+    assert [run.id for run in health.recent] == [
+        runs[key]
+        for key in (
+            "streak-3", "streak-2", "streak-1", "manual", "interrupted", "missed", "partial",
+            "clean-1", "old-failed",
+        )
+    ]  # fmt: skip
+    assert [run.clean for run in health.recent][:5] == [True, True, True, False, False]
+    # The window: 7 UTC days up to NOW, so the failed run 9 days back is out of it.
+    assert health.since == datetime(2026, 11, 15, tzinfo=UTC)
+    assert health.runs == 8
+    assert dict(health.statuses) == {"ok": 4, "partial": 2, "interrupted": 1, "missed": 1}
+    assert health.ended == 7
+    assert health.partial_rate == round(2 / 7, 4)
+    assert health.failed_rate == 0.0
+    assert (health.missed_fires, health.interrupted_fires) == (1, 1)
+    assert dict(health.finish_reasons) == {"stop": 6, "length": 1}
+    assert {day: dict(c) for day, c in health.quarantined_by_day.items()} == {
+        "2026-11-16": {"schema": 1, "truncated": 1},
+        "2026-11-18": {"schema": 1},
+    }
+    tokens = health.tokens_by_day
+    assert sorted(tokens) == [
+        "2026-11-15", "2026-11-16", "2026-11-18", "2026-11-19", "2026-11-20", "2026-11-21",
+    ]  # fmt: skip
+    assert (tokens["2026-11-18"].prompt, tokens["2026-11-18"].total) == (200, 280)
+    assert tokens["2026-11-18"].attempts == 2
+
+
+def test_an_approval_or_a_pending_item_makes_a_run_unclean(store: Store) -> None:
+    seed(store, at=NOW - DAY, status=RunStatus.OK)
+    held = seed(store, at=NOW, status=RunStatus.PARTIAL, reasons=("schema",))
+
+    health = store.health.instruction_health("daily", now=NOW)
+
+    assert health.streak.count == 0
+    assert health.streak.broken_by is not None
+    assert health.streak.broken_by.id == held
+
+
+def test_running_runs_and_manual_runs_do_not_count(store: Store) -> None:
+    seed(store, at=NOW - DAY, status=RunStatus.OK)
+    seed(store, at=NOW - DAY / 2, status=RunStatus.OK, trigger=Trigger.MANUAL)
+    store.start_run(
+        instruction_id="daily",
+        definition_sha256="d" * 64,
+        trigger=Trigger.SCHEDULE,
+        scheduled_for=NOW,
+        now=NOW,
+    )
+
+    health = store.health.instruction_health("daily", now=NOW)
+
+    assert health.streak.count == 1
+    assert health.streak.broken_by is None
+    assert health.statuses == {"running": 1, "ok": 2}
+    assert health.ended == 2
+
+
+def test_the_command_prints_the_same_figures(database_url: str, store: Store) -> None:
+    history(store)
+    now = datetime.now(UTC)
+    expected = health_json(store.health.instruction_health("daily", now=now))
+
+    proc = salvagelane("health", "--instruction", "daily", "--json", database=database_url)
+
+    assert proc.returncode == 0, proc.stderr
+    [printed] = json.loads(proc.stdout)
+    del printed["until"], expected["until"]
+    assert printed == expected
+    text = salvagelane("health", database=database_url)
+    assert text.returncode == 0, text.stderr
+    assert "streak       3 clean scheduled runs in a row" in text.stdout
+    assert "instruction  weekly" in text.stdout
+
+
+def test_an_unknown_instruction_is_refused(database_url: str, store: Store) -> None:
+    history(store)
+
+    proc = salvagelane("health", "--instruction", "daly", database=database_url)
+
+    assert proc.returncode == 2
+    assert 'no stored run has instruction "daly"' in proc.stderr
