@@ -108,3 +108,14 @@ def spool_dir(database: str) -> Path:
     # The XDG spec: a relative $XDG_STATE_HOME is invalid and ignored.
     base = Path(state) if state and Path(state).is_absolute() else Path.home() / ".local" / "state"
     return base / "salvagelane" / "spool"
+
+
+def ui_token() -> str | None:
+    """The review page's access token from ``SALVAGELANE_UI_TOKEN``; None when unset or
+    blank (``salvagelane ui`` then makes one up). Registered as a secret: log lines never
+    show it."""
+    value = os.environ.get("SALVAGELANE_UI_TOKEN", "").strip()
+    if not value:
+        return None
+    register_secret(value)
+    return value

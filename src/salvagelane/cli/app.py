@@ -92,6 +92,11 @@ COMMANDS: Mapping[str, LazyCommand] = {
         target="salvagelane.cli.serve_commands:serve_command",
         summary="Run every instruction on its schedule until stopped (SIGTERM or Ctrl-C).",
     ),
+    "ui": LazyCommand(
+        target="salvagelane.cli.ui_commands:ui_command",
+        summary="Serve the review page: the quarantine queue, items, runs and health, in a "
+        "browser.",
+    ),
 }
 """Every command: its module (and what that imports) is loaded only when the command
 runs; the group's --help lists the summaries, which a test holds equal to each

@@ -13,6 +13,7 @@ This module judges nothing: the guardrails run in the core (``check_item``) befo
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -62,6 +63,42 @@ class QuarantineLane:
             stmt = _matching(where or QuarantineFilter()).add_columns(AttemptRow.number)
             rows = session.execute(stmt).tuples().all()
             return [_quarantineview(row, number) for row, number in rows]
+
+    def count_by_reason(self, where: QuarantineFilter | None = None) -> dict[str, int]:
+        """How many items ``where`` selects per reason (its limit and offset ignored),
+        the most frequent first."""
+        chosen = replace(where or QuarantineFilter(), limit=None, offset=0)
+        selected = _matching(chosen).order_by(None).subquery()
+        stmt = sa.select(selected.c.reason, sa.func.count()).group_by(selected.c.reason)
+        with self._transaction("count the quarantine by reason") as session:
+            counts = {str(reason): count for reason, count in session.execute(stmt).tuples()}
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def neighbours(
+        self, where: QuarantineFilter, quarantine_id: int
+    ) -> tuple[int | None, int | None]:
+        """The ids of the items just newer and just older than ``quarantine_id`` among
+        those ``where`` selects (newest first; its limit and offset ignored); None at
+        either end. The item itself need not match."""
+        chosen = replace(where, limit=None, offset=0)
+        with self._transaction(f"find the neighbours of {quarantine_id}") as session:
+            row = self._item(session, quarantine_id)
+            at, ident = row.created_at, row.id
+            created, key = QuarantinedItemRow.created_at, QuarantinedItemRow.id
+            older = _matching(chosen).where(
+                sa.or_(created < at, sa.and_(created == at, key < ident))
+            )
+            newer = (
+                _matching(chosen)
+                .where(sa.or_(created > at, sa.and_(created == at, key > ident)))
+                .order_by(None)
+                .order_by(created.asc(), key.asc())
+            )
+            found = [
+                session.scalars(stmt.with_only_columns(key).limit(1)).first()
+                for stmt in (newer, older)
+            ]
+        return found[0], found[1]
 
     def get_quarantine(
         self, quarantine_id: int, *, context_chars: int = CONTEXT_CHARS
@@ -369,6 +406,8 @@ def _matching(where: QuarantineFilter) -> sa.Select[tuple[QuarantinedItemRow]]:
         stmt = stmt.where(QuarantinedItemRow.reason == where.reason)
     if where.since is not None:
         stmt = stmt.where(QuarantinedItemRow.created_at >= where.since)
+    if where.offset:
+        stmt = stmt.offset(where.offset)
     if where.limit is not None:
         stmt = stmt.limit(where.limit)
     return stmt

@@ -221,7 +221,8 @@ class QuarantineFilter:
     """Which quarantined items ``list_quarantine`` and ``reject_matching`` take.
 
     ``review_status`` None means every item but the superseded ones. ``since`` keeps
-    items created at or after it. ``limit`` None: no limit.
+    items created at or after it. ``limit`` None: no limit; ``offset`` skips that many
+    of the newest first (a page of the review page's queue).
     """
 
     instruction_id: str | None = None
@@ -229,6 +230,7 @@ class QuarantineFilter:
     review_status: ReviewStatus | None = None
     since: datetime | None = None
     limit: int | None = None
+    offset: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,0 +1,70 @@
+"""``salvagelane ui``: the review page over the store, on this machine.
+
+Exit codes: 0 stopped (Ctrl-C or SIGTERM); 2 a port in use, a database that cannot be
+opened, bad options.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import click
+
+from salvagelane.cli.options import by_option, database_option, instructions_option
+from salvagelane.cli.quarantine_commands import _actor
+from salvagelane.cli.wiring import open_store
+from salvagelane.safe_text import line
+
+
+@click.command("ui")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on. Anything but a loopback address is warned about, and then "
+    "every page needs the token.",
+)
+@click.option(
+    "--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="Port."
+)
+@by_option
+@instructions_option
+@database_option
+def ui_command(
+    host: str, port: int, by: str | None, instructions_dir: Path, database: str | None
+) -> None:
+    """Serve the review page: the quarantine queue, items, runs and health, in a browser.
+
+    Prints the URL to open: it carries the access token every change needs
+    ($SALVAGELANE_UI_TOKEN, else a new one each start). Without the token pages can only
+    be read, and only when the server listens on 127.0.0.1. Approvals, rejections and
+    fixtures go through the same code as `salvagelane quarantine`. Stops on Ctrl-C.
+    """
+    from salvagelane import environment
+    from salvagelane.ui.security import Access, is_loopback
+    from salvagelane.ui.server import bind, serve
+
+    token = environment.ui_token() or secrets.token_urlsafe(24)
+    loopback = is_loopback(host)
+    with open_store(database) as store:
+        from salvagelane.ui.app import Settings
+
+        sock = bind(host, port)
+        bound_port = sock.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        if not loopback:
+            click.echo(
+                f"warning: listening on {line(host)}, not 127.0.0.1: anyone who can reach it "
+                "and has the token can review; every page needs the token",
+                err=True,
+            )
+        click.echo(f"salvagelane ui on {line(store.url)}")
+        click.echo(f"open http://{shown}:{bound_port}/?token={token}", nl=True)
+        settings = Settings(
+            store=store,
+            access=Access(token=token, loopback=loopback),
+            instructions_dir=instructions_dir,
+            actor=_actor(by),
+        )
+        serve(settings, sock)

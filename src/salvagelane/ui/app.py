@@ -1,0 +1,492 @@
+"""The review page: a Starlette application over one :class:`~salvagelane.store.Store`.
+
+Pages read through the same store methods as the command line (``quarantine list``,
+``quarantine show``, ``runs show``, ``health``), and every action goes through the code
+the command line uses: :func:`salvagelane.review.approve_quarantined`, the quarantine
+lane's reject and bulk reject, :func:`salvagelane.regression.capture_run`. So the page
+and the command line cannot disagree. Access rules: :mod:`salvagelane.ui.security`.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from salvagelane.core.records import Reason
+from salvagelane.errors import NotFoundError, ReviewStateError, SalvagelaneError
+from salvagelane.safe_text import line
+from salvagelane.store import QuarantineDetail, QuarantineFilter, Store
+from salvagelane.store.health import days_between, health_json
+from salvagelane.ui import views
+from salvagelane.ui.security import (
+    COOKIE,
+    CSRF_FIELD,
+    TOKEN_PARAMETER,
+    Access,
+    SecurityHeaders,
+)
+from salvagelane.vocabulary import Clock, ReviewStatus, utc_now
+
+PAGE_SIZE = 50
+CHART_DAYS = 30
+RAW_CONTEXT = 200_000
+"""Characters of raw output the item view shows on each side of the span."""
+HERE = Path(__file__).resolve().parent
+
+
+class PageError(Exception):
+    """A request the page refuses: ``status`` and a message for the operator."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    store: Store
+    access: Access
+    instructions_dir: Path
+    actor: str
+    clock: Clock = utc_now
+
+
+def templates() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("salvagelane.ui", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["safe_line"] = line
+    env.filters["when"] = views.when
+    env.filters["percent"] = views.percent
+    env.filters["message"] = views.message_of
+    env.filters["pretty"] = views.pretty
+    return env
+
+
+Handler = Callable[[Request, "Page"], Awaitable[Response]]
+
+
+class Page:
+    """What a handler renders with: the settings, the templates, the request's rights."""
+
+    def __init__(self, settings: Settings, env: jinja2.Environment, request: Request) -> None:
+        self.settings = settings
+        self.env = env
+        self.request = request
+        self.can_change = settings.access.holds_token(request)
+
+    @property
+    def store(self) -> Store:
+        return self.settings.store
+
+    def render(self, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = self.env.get_template(template).render(
+            csrf=self.settings.access.csrf() if self.can_change else "",
+            can_change=self.can_change,
+            csrf_field=CSRF_FIELD,
+            actor=self.settings.actor,
+            reasons=[r.value for r in Reason],
+            statuses=[s.value for s in ReviewStatus],
+            **context,
+        )
+        return HTMLResponse(html, status_code=status)
+
+
+def create_app(settings: Settings) -> Starlette:
+    """The application: pages, actions, the health JSON and the package's static files."""
+    env = templates()
+
+    def guarded(handler: Handler, *, changes: bool = False) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> Response:
+            access = settings.access
+            page = Page(settings, env, request)
+            if not access.host_allowed(request.headers.get("host")):
+                return Response("unexpected Host header", status_code=400, media_type="text/plain")
+            given = request.query_params.get(TOKEN_PARAMETER)
+            if given is not None and request.method == "GET":
+                return _sign_in(request, access, given)
+            try:
+                if changes:
+                    form = await request.form()
+                    if not access.may_change(request, _field(form, CSRF_FIELD)):
+                        raise PageError(
+                            403,
+                            "refused: a change needs the access token (open the URL "
+                            "`salvagelane ui` printed) and a form of this page",
+                        )
+                    request.state.form = form
+                elif not access.may_read(request):
+                    raise PageError(
+                        403, "this server is not on 127.0.0.1: open the URL with its token"
+                    )
+                return await handler(request, page)
+            except PageError as exc:
+                return page.render("error.html", exc.status, message=exc.message)
+            except NotFoundError as exc:
+                return page.render("error.html", 404, message=str(exc))
+            except ReviewStateError as exc:
+                return page.render("error.html", 409, message=str(exc))
+
+        return endpoint
+
+    routes = [
+        Route("/", guarded(queue_page)),
+        Route("/items/{item_id:int}", guarded(item_page)),
+        Route("/items/{item_id:int}/approve", guarded(approve, changes=True), methods=["POST"]),
+        Route("/items/{item_id:int}/reject", guarded(reject, changes=True), methods=["POST"]),
+        Route("/items/{item_id:int}/capture", guarded(capture, changes=True), methods=["POST"]),
+        Route("/reject-all", guarded(reject_all, changes=True), methods=["POST"]),
+        Route("/runs/{run_id}", guarded(run_page)),
+        Route("/health", guarded(health_page)),
+        Route("/health.json", guarded(health_data)),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    return Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)])
+
+
+def _sign_in(request: Request, access: Access, given: str) -> Response:
+    """``?token=...``: set the cookie and go to the same page without the token in the
+    address bar (nor in its history)."""
+    import hmac
+
+    if not hmac.compare_digest(given.encode(), access.token.encode()):
+        return Response("wrong token", status_code=403, media_type="text/plain")
+    rest = [(k, v) for k, v in request.query_params.multi_items() if k != TOKEN_PARAMETER]
+    target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(COOKIE, access.token, httponly=True, samesite="strict", path="/")
+    return response
+
+
+def _field(form: FormData, name: str) -> str | None:
+    value = form.get(name)
+    return value if isinstance(value, str) else None
+
+
+# --- filters ----------------------------------------------------------------------------------
+
+
+def _since(text: str) -> datetime:
+    try:
+        if len(text) == 10:
+            return datetime.combine(date.fromisoformat(text), datetime.min.time(), tzinfo=UTC)
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise PageError(400, f"since: expected a date such as 2026-11-21, got {text!r}") from exc
+    if moment.tzinfo is None:
+        raise PageError(400, f"since: expected a timestamp with a zone, got {text!r}")
+    return moment.astimezone(UTC)
+
+
+def filter_of(values: Mapping[str, str]) -> QuarantineFilter:
+    """The queue's filter from query or form values, as ``quarantine list`` takes it."""
+    reason = values.get("reason") or None
+    if reason is not None and reason not in {r.value for r in Reason}:
+        raise PageError(400, f"reason: expected one of {', '.join(r.value for r in Reason)}")
+    status = values.get("status") or None
+    if status is not None and status not in {s.value for s in ReviewStatus}:
+        raise PageError(400, f"status: expected one of {', '.join(s.value for s in ReviewStatus)}")
+    since = values.get("since") or None
+    return QuarantineFilter(
+        instruction_id=values.get("instruction") or None,
+        reason=reason,
+        review_status=None if status is None else ReviewStatus(status),
+        since=None if since is None else _since(since),
+    )
+
+
+def query_of(where: QuarantineFilter, **extra: Any) -> str:
+    """The query string that selects ``where`` again (links keep the filter)."""
+    pairs = {
+        "instruction": where.instruction_id,
+        "reason": where.reason,
+        "status": None if where.review_status is None else str(where.review_status),
+        "since": None
+        if where.since is None
+        else where.since.date().isoformat()
+        if where.since.time() == datetime.min.time()
+        else where.since.isoformat(),
+        **extra,
+    }
+    return urlencode({k: v for k, v in pairs.items() if v is not None})
+
+
+def _page_number(text: str | None) -> int:
+    try:
+        number = int(text or "1")
+    except ValueError as exc:
+        raise PageError(400, f"page: expected a number, got {text!r}") from exc
+    if number < 1:
+        raise PageError(400, "page: expected 1 or more")
+    return number
+
+
+# --- pages ------------------------------------------------------------------------------------
+
+
+async def queue_page(request: Request, page: Page) -> Response:
+    where = filter_of(request.query_params)
+    number = _page_number(request.query_params.get("page"))
+    paged = replace(where, limit=PAGE_SIZE + 1, offset=(number - 1) * PAGE_SIZE)
+    store = page.store
+    now = page.settings.clock()
+    chart_since = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    chart_since -= timedelta(days=CHART_DAYS - 1)
+    if where.since is not None and where.since > chart_since:
+        chart_since = where.since
+
+    def read() -> dict[str, Any]:
+        items = store.quarantine.list_quarantine(paged)
+        counts = store.quarantine.count_by_reason(replace(where, reason=None))
+        per_day = store.health.quarantined_by_day(
+            instruction_id=where.instruction_id,
+            reason=where.reason,
+            review_status=where.review_status,
+            since=chart_since,
+        )
+        return {
+            "items": items[:PAGE_SIZE],
+            "more": len(items) > PAGE_SIZE,
+            "counts": counts,
+            "day_chart": views.stacked(days_between(chart_since, now), per_day),
+            "instructions": store.instruction_ids(),
+        }
+
+    data = await run_in_threadpool(read)
+    return page.render(
+        "queue.html",
+        where=where,
+        page=number,
+        query=query_of(where),
+        query_without_reason=query_of(replace(where, reason=None)),
+        query_of=query_of,
+        total=sum(data["counts"].values())
+        if where.reason is None
+        else data["counts"].get(where.reason, 0),
+        **data,
+    )
+
+
+async def item_page(request: Request, page: Page, **extra: Any) -> Response:
+    item_id = int(request.path_params["item_id"])
+    where = filter_of(request.query_params)
+    store = page.store
+
+    def read() -> tuple[QuarantineDetail, tuple[int | None, int | None]]:
+        detail = store.quarantine.get_quarantine(item_id, context_chars=RAW_CONTEXT)
+        return detail, store.quarantine.neighbours(where, item_id)
+
+    detail, (newer, older) = await run_in_threadpool(read)
+    lines = None
+    shown_from = 0
+    if detail.raw_span is not None:
+        before = detail.raw_before or ""
+        shown_from = (detail.span_start or 0) - len(before)
+        lines = views.raw_lines(before, detail.raw_span, detail.raw_after or "")
+    if "corrected" not in extra:
+        if detail.repaired is not None:
+            import json
+
+            extra["corrected"] = json.dumps(detail.repaired, indent=2, ensure_ascii=False)
+        else:
+            extra["corrected"] = detail.raw_span or detail.snippet or ""
+    return page.render(
+        "item.html",
+        extra.pop("status", 200),
+        item=detail,
+        where=where,
+        lines=lines,
+        shown_from=shown_from,
+        query=query_of(where),
+        newer=newer,
+        older=older,
+        done=request.query_params.get("done"),
+        refusal=extra.pop("refusal", None),
+        **extra,
+    )
+
+
+async def run_page(request: Request, page: Page) -> Response:
+    run_id = str(request.path_params["run_id"])
+    store = page.store
+
+    def read() -> tuple[Any, Any]:
+        detail = store.get_run(run_id)
+        payload = store.get_report_payload(detail.id) if detail.report is not None else None
+        return detail, payload
+
+    detail, payload = await run_in_threadpool(read)
+    held = [q for q in detail.quarantined if q.review_status in ("pending", "rejected")]
+    return page.render("run.html", run=detail, payload=payload, held=held)
+
+
+def _health(page: Page, request: Request) -> list[Any]:
+    instruction = request.query_params.get("instruction") or None
+    days = _page_number(request.query_params.get("days") or "30")
+    store = page.store
+    now = page.settings.clock()
+    ids = [instruction] if instruction else store.instruction_ids()
+    if instruction and instruction not in store.instruction_ids():
+        raise PageError(404, f"no stored run has instruction {instruction!r}")
+    return [store.health.instruction_health(i, now=now, days=days) for i in ids]
+
+
+async def health_page(request: Request, page: Page) -> Response:
+    figures = await run_in_threadpool(_health, page, request)
+    panels = []
+    for health in figures:
+        days = days_between(health.since, health.until)
+        tokens = {
+            day: {"prompt": usage.prompt, "completion": usage.completion}
+            for day, usage in health.tokens_by_day.items()
+        }
+        panels.append(
+            {
+                "health": health,
+                "quarantine_chart": views.stacked(days, health.quarantined_by_day),
+                "token_chart": views.stacked(days, tokens),
+            }
+        )
+    return page.render("health.html", panels=panels)
+
+
+async def health_data(request: Request, page: Page) -> Response:
+    figures = await run_in_threadpool(_health, page, request)
+    return JSONResponse([health_json(h) for h in figures])
+
+
+# --- actions ----------------------------------------------------------------------------------
+
+
+def _form(request: Request) -> FormData:
+    form: FormData = request.state.form
+    return form
+
+
+def _reviewer(page: Page, form: FormData) -> str:
+    return (_field(form, "by") or "").strip() or page.settings.actor
+
+
+async def approve(request: Request, page: Page) -> Response:
+    from salvagelane.review import Refused, approve_quarantined, read_bounded
+
+    item_id = int(request.path_params["item_id"])
+    form = _form(request)
+    corrected = _field(form, "corrected") or ""
+    note = (_field(form, "note") or "").strip() or None
+    use_current = _field(form, "use_current") == "yes"
+    settings = page.settings
+
+    def act() -> Any:
+        return approve_quarantined(
+            settings.store,
+            item_id,
+            read_corrected=lambda detail, cap: read_bounded(
+                io.BytesIO(corrected.encode("utf-8", "surrogatepass")), cap
+            ),
+            instructions_dir=settings.instructions_dir,
+            use_current=use_current,
+            actor=_reviewer(page, form),
+            note=note,
+            clock=settings.clock,
+        )
+
+    try:
+        verdict = await run_in_threadpool(act)
+    except (NotFoundError, ReviewStateError):
+        raise
+    except SalvagelaneError as exc:
+        # The definition cannot be used (changed, missing): the operator reads why.
+        return await item_page(request, page, corrected=corrected, problem=str(exc), status=422)
+    if isinstance(verdict, Refused):
+        return await item_page(request, page, corrected=corrected, refusal=verdict, status=422)
+    return _back_to_item(item_id, form, "approved")
+
+
+async def reject(request: Request, page: Page) -> Response:
+    item_id = int(request.path_params["item_id"])
+    form = _form(request)
+    note = (_field(form, "note") or "").strip()
+    if not note:
+        raise PageError(400, "reject: say why the item is rejected (the note is empty)")
+    store, clock = page.store, page.settings.clock
+    await run_in_threadpool(
+        lambda: store.quarantine.reject_quarantined(
+            item_id, actor=_reviewer(page, form), note=note, now=clock()
+        )
+    )
+    return _back_to_item(item_id, form, "rejected")
+
+
+async def capture(request: Request, page: Page) -> Response:
+    from salvagelane.regression import capture_run
+
+    item_id = int(request.path_params["item_id"])
+    form = _form(request)
+    directory = (_field(form, "directory") or "").strip()
+    if not directory:
+        raise PageError(400, "capture: name the directory to write the fixture into")
+    store = page.store
+
+    def act() -> Any:
+        held = store.quarantine.get_quarantine(item_id, context_chars=0)
+        return capture_run(store, held.run_id, held.attempt_number, Path(directory))
+
+    try:
+        captured = await run_in_threadpool(act)
+    except (NotFoundError, ReviewStateError):
+        raise
+    except SalvagelaneError as exc:
+        raise PageError(409, f"capture: {exc}") from exc
+    return _back_to_item(item_id, form, f"captured to {captured.path}")
+
+
+async def reject_all(request: Request, page: Page) -> Response:
+    form = _form(request)
+    values = {k: v for k, v in form.items() if isinstance(v, str)}
+    where = filter_of(values)
+    if where.review_status not in (None, ReviewStatus.PENDING):
+        raise PageError(400, "bulk reject takes pending items: clear the status filter")
+    pending = replace(where, review_status=ReviewStatus.PENDING)
+    note = (values.get("note") or "").strip()
+    if not note:
+        raise PageError(400, "bulk reject: say why the items are rejected (the note is empty)")
+    store, clock = page.store, page.settings.clock
+    count = sum((await run_in_threadpool(store.quarantine.count_by_reason, pending)).values())
+    if values.get("confirmed") != str(count):
+        # The confirmation names the count it saw: if items arrived meanwhile, ask again.
+        return page.render(
+            "confirm.html", where=where, count=count, note=note, query=query_of(where)
+        )
+    rejected = await run_in_threadpool(
+        lambda: store.quarantine.reject_matching(
+            pending, actor=_reviewer(page, form), note=note, now=clock()
+        )
+    )
+    return RedirectResponse(f"/?{query_of(where, done=f'rejected {len(rejected)}')}", 303)
+
+
+def _back_to_item(item_id: int, form: FormData, done: str) -> Response:
+    values = {k: v for k, v in form.items() if isinstance(v, str)}
+    where = filter_of(values)
+    return RedirectResponse(f"/items/{item_id}?{query_of(where, done=done)}", status_code=303)
