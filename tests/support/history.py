@@ -25,9 +25,11 @@ def seed(
     usage: dict[str, int | None] | None = None,
     finish_reason: str = "stop",
     raw: str = RAW,
+    span: tuple[int, int] | None = None,
 ) -> str:
     """One run created and ended at ``at`` with ``status``; a ``missed`` one is only its
-    row. ``reasons``: its quarantined items (pending), each over its span of ``raw``."""
+    row. ``reasons``: its quarantined items (pending), each over its span of ``raw``
+    (:data:`SPANS`, or ``span`` for all of them)."""
     scheduled_for = at if trigger in (Trigger.SCHEDULE, Trigger.CATCH_UP) else None
     if status == RunStatus.MISSED:
         assert scheduled_for is not None
@@ -80,9 +82,9 @@ def seed(
                 "received": '"x"',
                 "message": f'{reason} at $.a: expected a number, received "x"',
             },
-            span_start=SPANS.get(reason, (21, 31))[0],
-            span_end=SPANS.get(reason, (21, 31))[1],
-            snippet=raw[slice(*SPANS.get(reason, (21, 31)))],
+            span_start=(span or SPANS.get(reason, (21, 31)))[0],
+            span_end=(span or SPANS.get(reason, (21, 31)))[1],
+            snippet=raw[slice(*(span or SPANS.get(reason, (21, 31))))],
             sha256="s" * 64,
             repaired=None,
             provenance={"instruction": instruction_id, "model": "m", "attempt": 1},

@@ -1,0 +1,254 @@
+"""The review page over HTTP (Starlette's test client, in process), on SQLite and
+PostgreSQL: access rules, escaping, the actions through the command line's code, and
+the health view's figures against ``salvagelane health --json``."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from salvagelane.store import Store
+from salvagelane.ui.app import Settings, create_app
+from salvagelane.ui.security import CSP, Access
+from tests.support.cli import ROOT, salvagelane
+from tests.support.review_page import IMG, SCRIPT, TOKEN, Reviewed, csrf_of, reviewed_database
+
+
+@pytest.fixture
+def reviewed(database_url: str, tmp_path: Path) -> Reviewed:
+    return reviewed_database(database_url, tmp_path)
+
+
+@pytest.fixture
+def store(reviewed: Reviewed) -> Iterator[Store]:
+    with Store.open(reviewed.url) as opened:
+        yield opened
+
+
+def client_of(store: Store, *, loopback: bool = True, host: str = "127.0.0.1") -> TestClient:
+    settings = Settings(
+        store=store,
+        access=Access(token=TOKEN, loopback=loopback),
+        instructions_dir=ROOT / "instructions",
+        actor="alice",
+    )
+    return TestClient(create_app(settings), base_url=f"http://{host}:8765")
+
+
+def signed_in(store: Store) -> TestClient:
+    client = client_of(store)
+    answer = client.get(f"/?token={TOKEN}", follow_redirects=False)
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/"
+    return client
+
+
+def status_and_audit(store: Store, item: int) -> tuple[str, list[str]]:
+    detail = store.quarantine.get_quarantine(item)
+    return detail.review_status, [entry.action for entry in detail.reviews]
+
+
+def test_changes_need_the_token_and_the_csrf_token(reviewed: Reviewed, store: Store) -> None:
+    item = reviewed.hostile_item
+    anonymous = client_of(store)
+    page = anonymous.get(f"/items/{item}")
+    assert page.status_code == 200  # reading on loopback needs no token
+    assert 'id="reject-form"' not in page.text
+    csrf = Access(token=TOKEN, loopback=True).csrf()
+
+    no_token = anonymous.post(f"/items/{item}/reject", data={"note": "spam", "csrf": csrf})
+    assert no_token.status_code == 403
+    client = signed_in(store)
+    wrong_csrf = client.post(f"/items/{item}/reject", data={"note": "spam", "csrf": "0" * 64})
+    assert wrong_csrf.status_code == 403
+    no_csrf = client.post(f"/items/{item}/reject", data={"note": "spam"})
+    assert no_csrf.status_code == 403
+    bulk = client.post("/reject-all", data={"note": "all", "confirmed": "1", "csrf": "x"})
+    assert bulk.status_code == 403
+    assert status_and_audit(store, item) == ("pending", [])
+
+    form = client.get(f"/items/{item}")
+    assert csrf_of(form.text) == csrf
+    done = client.post(
+        f"/items/{item}/reject", data={"note": "spam", "csrf": csrf}, follow_redirects=False
+    )
+    assert done.status_code == 303
+    assert status_and_audit(store, item) == ("rejected", ["reject"])
+    assert store.quarantine.get_quarantine(item).reviews[0].actor == "alice"
+
+
+def test_a_wrong_token_and_a_foreign_host_are_refused(store: Store) -> None:
+    client = client_of(store)
+    assert client.get("/?token=nope").status_code == 403
+    rebinding = client_of(store, host="evil.example")
+    assert rebinding.get("/").status_code == 400
+
+
+def test_off_loopback_every_page_needs_the_token(store: Store) -> None:
+    client = client_of(store, loopback=False, host="192.0.2.10")
+    assert client.get("/").status_code == 403
+    assert client.get("/health.json").status_code == 403
+    assert client.get(f"/?token={TOKEN}").status_code == 200  # signed in, redirected
+    assert client.get("/health.json").status_code == 200
+
+
+def test_model_output_is_text_and_the_policy_is_strict(reviewed: Reviewed, store: Store) -> None:
+    client = signed_in(store)
+    pages = [client.get(f"/items/{reviewed.hostile_item}"), client.get("/?instruction=hostile")]
+    runs = store.list_runs(instruction_id="hostile")
+    pages.append(client.get(f"/runs/{runs[0].id}"))
+
+    for page in pages:
+        assert page.status_code == 200
+        assert page.headers["content-security-policy"] == CSP
+        assert "<script>alert" not in page.text
+        assert "<img src=x" not in page.text
+        # The only script is the package's own file.
+        assert re.findall(r"<script[^>]*>", page.text) == ['<script src="/static/ui.js" defer>']
+    item = pages[0].text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in item
+    assert "&lt;img src=x onerror=alert(1)&gt;" in item
+    marked = re.search(r'<mark class="span">(.*?)</mark>', item, re.DOTALL)
+    assert marked is not None
+    assert "&lt;script&gt;" in marked.group(1)
+    assert "script-src 'self'" in CSP
+    assert "'unsafe-inline'" not in CSP
+    assert SCRIPT not in item
+    assert IMG not in item
+
+
+def test_the_queue_filters_counts_and_pages(reviewed: Reviewed, store: Store) -> None:
+    client = client_of(store)
+    everything = client.get("/")
+    assert 'data-reason="schema" data-count="1"' in everything.text
+    assert 'data-reason="malformed" data-count="1"' in everything.text
+
+    schema = client.get("/?reason=schema")
+    ids = re.findall(r'<tr data-href="/items/(\d+)', schema.text)
+    assert ids == [str(reviewed.schema_item)]
+    assert client.get("/?reason=nonsense").status_code == 400
+    assert client.get("/?status=approved").text.count('<tr data-href="') == 0
+    # The item view links to its neighbours in the same filter (newest first): the schema
+    # item was quarantined after the hostile one.
+    newest = client.get(f"/items/{reviewed.schema_item}").text
+    assert f'id="next-item" rel="next" href="/items/{reviewed.hostile_item}?"' in newest
+    assert 'id="prev-item"' not in newest
+    older = client.get(f"/items/{reviewed.hostile_item}").text
+    assert f'id="prev-item" rel="prev" href="/items/{reviewed.schema_item}?"' in older
+    assert 'id="next-item"' not in older
+    filtered = client.get(f"/items/{reviewed.hostile_item}?reason=malformed").text
+    assert 'id="prev-item"' not in filtered
+
+
+def test_approve_refuses_then_adds_to_the_report(reviewed: Reviewed, store: Store) -> None:
+    client = signed_in(store)
+    csrf = csrf_of(client.get(f"/items/{reviewed.schema_item}").text)
+    wrong = dict(reviewed.fixed_item, action="panic")
+
+    refused = client.post(
+        f"/items/{reviewed.schema_item}/approve",
+        data={"corrected": json.dumps(wrong), "csrf": csrf, "by": "bob"},
+    )
+
+    assert refused.status_code == 422
+    assert 'id="refusal"' in refused.text
+    assert "<code>$.action</code>" in refused.text
+    assert "<code>&#34;panic&#34;</code>" in refused.text
+    assert status_and_audit(store, reviewed.schema_item) == ("pending", ["approve_refused"])
+
+    approved = client.post(
+        f"/items/{reviewed.schema_item}/approve",
+        data={"corrected": json.dumps(reviewed.fixed_item), "csrf": csrf, "by": "bob"},
+        follow_redirects=False,
+    )
+
+    assert approved.status_code == 303
+    assert status_and_audit(store, reviewed.schema_item) == (
+        "approved",
+        ["approve_refused", "approve"],
+    )
+    payload = store.get_report_payload(reviewed.schema_run)
+    assert payload["items"][-1] == reviewed.fixed_item
+    assert payload["item_origins"][-1] == "operator"
+    run_page = client.get(f"/runs/{reviewed.schema_run}")
+    assert 'id="run-status">ok<' in run_page.text
+    assert run_page.text.count('class="origin-operator"') == 1
+
+
+def test_bulk_reject_asks_first_and_takes_the_filter(reviewed: Reviewed, store: Store) -> None:
+    client = signed_in(store)
+    csrf = Access(token=TOKEN, loopback=True).csrf()
+    form = {"reason": "malformed", "note": "noise", "csrf": csrf}
+
+    asked = client.post("/reject-all", data=form)
+
+    assert asked.status_code == 200
+    assert "Reject 1 pending item(s)?" in asked.text
+    assert status_and_audit(store, reviewed.hostile_item) == ("pending", [])
+    stale = client.post("/reject-all", data={**form, "confirmed": "7"})
+    assert "Reject 1 pending item(s)?" in stale.text  # a count that changed asks again
+    done = client.post("/reject-all", data={**form, "confirmed": "1"}, follow_redirects=False)
+    assert done.status_code == 303
+    assert status_and_audit(store, reviewed.hostile_item) == ("rejected", ["bulk_reject"])
+    assert status_and_audit(store, reviewed.schema_item) == ("pending", [])
+
+
+def test_capture_writes_the_fixture_of_the_items_output(
+    reviewed: Reviewed, store: Store, tmp_path: Path
+) -> None:
+    client = signed_in(store)
+    csrf = Access(token=TOKEN, loopback=True).csrf()
+    target = tmp_path / "captured"
+
+    answer = client.post(
+        f"/items/{reviewed.schema_item}/capture",
+        data={"directory": str(target), "csrf": csrf},
+        follow_redirects=False,
+    )
+
+    assert answer.status_code == 303
+    assert (target / "raw.txt").read_text(encoding="utf-8").startswith("{")
+    assert json.loads((target / "expected.json").read_text(encoding="utf-8"))["status"]
+    replay = salvagelane("replay", str(target))
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+
+
+def test_the_health_view_shows_what_the_command_prints(reviewed: Reviewed, store: Store) -> None:
+    client = client_of(store)
+    served = client.get("/health.json?instruction=daily").json()
+    page = client.get("/health?instruction=daily").text
+    proc = salvagelane("health", "--instruction", "daily", "--json", database=reviewed.url)
+    assert proc.returncode == 0, proc.stderr
+    printed = json.loads(proc.stdout)
+
+    for figures in (served, printed):
+        for health in figures:
+            del health["until"]
+    assert served == printed
+    [daily] = printed
+    assert daily["streak"]["clean_scheduled_runs"] == 4
+    shown = dict(re.findall(r'data-figure="(\w+)"[^>]*>([^<]*)<', page))
+    assert int(shown["streak"]) == daily["streak"]["clean_scheduled_runs"]
+    assert int(shown["runs"]) == daily["runs"]
+    assert int(shown["missed_fires"]) == daily["missed_fires"] == 1
+    assert int(shown["interrupted_fires"]) == daily["interrupted_fires"]
+    values = dict(re.findall(r'data-figure="(\w+_rate)" data-value="([^"]*)"', page))
+    assert float(values["partial_rate"]) == daily["partial_rate"]
+    assert float(values["failed_rate"]) == daily["failed_rate"]
+
+
+def test_the_command_serves_the_page(reviewed: Reviewed, tmp_path: Path) -> None:
+    """``salvagelane ui`` as a process: it prints the URL with the token and answers."""
+    from tests.support.ui_server import running_ui
+
+    with running_ui(reviewed.url, cwd=tmp_path) as server:
+        assert server.url.endswith(f"/?token={TOKEN}")
+        answer = httpx.get(server.base + "/", timeout=10)
+        assert answer.status_code == 200
+        assert "Quarantine" in answer.text
