@@ -6,6 +6,8 @@ and ``--help`` must stay cheap (docs/adr/0008-command-line-start-up.md).
 
 from __future__ import annotations
 
+import getpass
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,3 +70,13 @@ def parse_fire_time(text: str) -> datetime:
             "without one would mean different fires on different hosts"
         )
     return moment.astimezone(UTC)
+
+
+def actor_of(by: str | None) -> str:
+    """``--by``, else the login name; a container without one still gets a stable name."""
+    if by:
+        return by
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no LOGNAME/USER and no passwd entry
+        return f"uid {os.getuid()}"

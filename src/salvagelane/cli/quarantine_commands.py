@@ -8,10 +8,8 @@ no report), or bad options.
 
 from __future__ import annotations
 
-import getpass
 import io
 import json
-import os
 import sys
 from dataclasses import replace
 from datetime import UTC, date, datetime
@@ -23,6 +21,7 @@ import click
 from salvagelane.cli import render
 from salvagelane.cli.app import EXIT_INVALID
 from salvagelane.cli.options import (
+    actor_of,
     by_option,
     database_option,
     destination_options,
@@ -43,16 +42,6 @@ if TYPE_CHECKING:  # imported inside the commands: `--help` must not load the st
 
 _ERROR_WIDTH = 70
 _SNIPPET_WIDTH = 40
-
-
-def _actor(by: str | None) -> str:
-    """``--by``, else the login name; a container without one still gets a stable name."""
-    if by:
-        return by
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):  # no LOGNAME/USER and no passwd entry
-        return f"uid {os.getuid()}"
 
 
 def _parse_since(text: str) -> datetime:
@@ -192,7 +181,7 @@ def _reject_all(
                 click.echo("nothing rejected", err=True)
                 raise click.exceptions.Exit(EXIT_INVALID)
             rejected = store.quarantine.reject_matching(
-                pending, actor=_actor(by), note=note, now=datetime.now(UTC)
+                pending, actor=actor_of(by), note=note, now=datetime.now(UTC)
             )
     if as_json:
         click.echo(json.dumps({"rejected": rejected}, indent=2))
@@ -312,7 +301,7 @@ def quarantine_approve_command(
         raise click.UsageError(
             "give the corrected item with exactly one of --edit, --file, --stdin"
         )
-    actor = _actor(by)
+    actor = actor_of(by)
 
     def read_corrected(detail: QuarantineDetail, cap: int) -> OperatorInput:
         try:
@@ -406,7 +395,7 @@ def quarantine_reject_command(
         raise click.UsageError("--note: say why the item is rejected")
     with open_store(database) as store:
         held = store.quarantine.reject_quarantined(
-            quarantine_id, actor=_actor(by), note=note, now=datetime.now(UTC)
+            quarantine_id, actor=actor_of(by), note=note, now=datetime.now(UTC)
         )
     click.echo(f"rejected #{held.id} ({line(held.reason)}, run {line(held.run_id[:8])})")
 
@@ -424,7 +413,7 @@ def quarantine_note_command(
         raise click.UsageError("TEXT: the note is empty")
     with open_store(database) as store:
         held = store.quarantine.note_quarantined(
-            quarantine_id, actor=_actor(by), note=text, now=datetime.now(UTC)
+            quarantine_id, actor=actor_of(by), note=text, now=datetime.now(UTC)
         )
     click.echo(f"noted #{held.id} [{line(held.review_status)}]")
 

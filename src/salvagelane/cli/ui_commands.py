@@ -11,8 +11,7 @@ from pathlib import Path
 
 import click
 
-from salvagelane.cli.options import by_option, database_option, instructions_option
-from salvagelane.cli.quarantine_commands import _actor
+from salvagelane.cli.options import actor_of, by_option, database_option, instructions_option
 from salvagelane.cli.wiring import open_store
 from salvagelane.safe_text import line
 
@@ -65,6 +64,6 @@ def ui_command(
             store=store,
             access=Access(token=token, loopback=loopback),
             instructions_dir=instructions_dir,
-            actor=_actor(by),
+            actor=actor_of(by),
         )
         serve(settings, sock)
