@@ -33,7 +33,9 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from salvagelane.store import QuarantineFilter, Store, upgrade
-from salvagelane.store.models import Attempt, QuarantinedItem, Run
+from salvagelane.store.models import AttemptRow as Attempt
+from salvagelane.store.models import QuarantinedItemRow as QuarantinedItem
+from salvagelane.store.models import RunRow as Run
 
 INSTRUCTIONS = ("daily-triage", "weekly-digest", "incident-summary", "release-notes", "sla-audit")
 REASONS = ("truncated", "malformed", "schema", "allow_list", "over_limit", "too_long")

@@ -57,6 +57,8 @@ def test_the_figures_of_one_instruction(store: Store) -> None:
 
     health = store.health.instruction_health("daily", now=NOW, days=7)
 
+    # Read together with another instruction, the figures are the same.
+    assert store.health.healths(["weekly", "daily"], now=NOW, days=7)[1] == health
     assert health.streak.count == 3
     assert health.streak.since == NOW - 2 * DAY - timedelta(hours=1)
     assert health.streak.broken_by is not None
@@ -147,3 +149,17 @@ def test_an_unknown_instruction_is_refused(database_url: str, store: Store) -> N
 
     assert proc.returncode == 2
     assert 'no stored run has instruction "daly"' in proc.stderr
+
+
+def test_a_streak_longer_than_a_page_is_counted_to_its_end(store: Store) -> None:
+    broken = seed(store, at=NOW - 80 * timedelta(hours=1), status=RunStatus.FAILED)
+    for back in range(79, -1, -1):  # 80 clean hourly fires: the streak reads 2 pages
+        seed(store, at=NOW - back * timedelta(hours=1), status=RunStatus.OK)
+
+    health = store.health.instruction_health("daily", now=NOW)
+
+    assert health.streak.count == 80
+    assert health.streak.broken_by is not None
+    assert health.streak.broken_by.id == broken
+    assert len(health.recent) == 30
+    assert all(run.clean for run in health.recent)

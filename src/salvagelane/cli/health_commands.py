@@ -55,7 +55,7 @@ def health_command(
             ids = [instruction_id]
         else:
             ids = store.instruction_ids()
-        figures = [store.health.instruction_health(i, now=now, days=days) for i in ids]
+        figures = store.health.healths(ids, now=now, days=days)
         url = store.url
     if as_json:
         from salvagelane.store.health import health_json

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 
 from salvagelane.store._rows import Transactions
 from salvagelane.store.figures import RunFigures, figures_of
-from salvagelane.store.models import AttemptRow, QuarantinedItemRow, RunRow
+from salvagelane.store.models import AttemptRow, QuarantinedItemRow, ReportRow, RunRow
 from salvagelane.vocabulary import FINAL_RUN_STATUSES, ReviewStatus, RunStatus, Trigger
 
 RECENT_RUNS = 30
@@ -41,7 +41,7 @@ DEFAULT_DAYS = 30
 """The default window of the other figures, in days."""
 SCHEDULED_TRIGGERS = frozenset({Trigger.SCHEDULE, Trigger.CATCH_UP})
 """The triggers of a scheduled run (a fire, on time or caught up)."""
-_PAGE = 200
+_PAGE = 50
 """Scheduled runs read per query while counting the streak back."""
 
 
@@ -59,6 +59,19 @@ class HealthRun:
     status: RunStatus
     quarantined: int
     operator_approved: int
+    finish_reason: str | None
+
+    @property
+    def scheduled(self) -> bool:
+        return self.trigger in SCHEDULED_TRIGGERS
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WindowRun:
+    """A run of the window, as far as its counts need it."""
+
+    trigger: Trigger
+    status: RunStatus
     finish_reason: str | None
 
     @property
@@ -179,11 +192,11 @@ def days_between(since: datetime, until: datetime) -> list[str]:
     return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
 
 
-def by_day(counts: Iterable[tuple[datetime, str, int]]) -> dict[str, dict[str, int]]:
-    """(moment, key, count) rows summed per UTC day and key; days and keys sorted."""
+def by_day(counts: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, int]]:
+    """(UTC day, key, count) rows summed per day and key; days and keys sorted."""
     days: dict[str, dict[str, int]] = {}
-    for moment, key, count in counts:
-        bucket = days.setdefault(day_of(moment), {})
+    for day, key, count in counts:
+        bucket = days.setdefault(day, {})
         bucket[key] = bucket.get(key, 0) + count
     return {day: dict(sorted(days[day].items())) for day in sorted(days)}
 
@@ -220,8 +233,8 @@ def health_of(
     days: int,
     recent: Sequence[HealthRun],
     scheduled: Iterable[HealthRun],
-    window: Sequence[HealthRun],
-    quarantined: Iterable[tuple[datetime, str, int]],
+    window: Sequence[WindowRun],
+    quarantined: Iterable[tuple[str, str, int]],
     attempts: Iterable[tuple[datetime, Any]],
 ) -> InstructionHealth:
     """The figures from their inputs: the ``recent`` runs (newest first), the ended
@@ -271,40 +284,60 @@ class HealthReader:
         self, instruction_id: str, *, now: datetime, days: int = DEFAULT_DAYS
     ) -> InstructionHealth:
         """The figures of ``instruction_id`` over the ``days`` UTC days up to ``now``."""
+        return self.healths([instruction_id], now=now, days=days)[0]
+
+    def healths(
+        self, instruction_ids: Sequence[str], *, now: datetime, days: int = DEFAULT_DAYS
+    ) -> list[InstructionHealth]:
+        """The figures of each of ``instruction_ids`` (in that order), read together: the
+        window, the quarantine and the tokens of all of them in one query each."""
         if days < 1:
             raise ValueError(f"days: expected at least 1, got {days}")
+        ids = list(dict.fromkeys(instruction_ids))
         since = _midnight(now) - timedelta(days=days - 1)
-        with self._transaction(f"read the health of {instruction_id}") as session:
-            recent = _health_runs(
-                session,
-                sa.select(RunRow)
-                .where(RunRow.instruction_id == instruction_id)
-                .order_by(RunRow.created_at.desc(), RunRow.id.desc())
-                .limit(RECENT_RUNS),
-            )
-            window = _health_runs(
-                session,
-                sa.select(RunRow)
-                .where(RunRow.instruction_id == instruction_id, RunRow.created_at >= since)
-                .order_by(RunRow.created_at.desc(), RunRow.id.desc()),
-            )
-            return health_of(
-                instruction_id,
-                since=since,
-                until=now,
-                days=days,
-                recent=recent,
-                scheduled=_scheduled_newest_first(session, instruction_id),
-                window=window,
-                quarantined=quarantined_per_moment(
-                    session, instruction_id=instruction_id, since=since
-                ),
-                attempts=session.execute(
-                    sa.select(AttemptRow.started_at, AttemptRow.usage)
-                    .join(RunRow, RunRow.id == AttemptRow.run_id)
-                    .where(RunRow.instruction_id == instruction_id, AttemptRow.started_at >= since)
-                ).tuples(),
-            )
+        with self._transaction("read run health") as session:
+            # The recent strips and the streaks' first pages share one figures_of.
+            recent_rows = {
+                i: list(
+                    session.scalars(
+                        sa.select(RunRow)
+                        .where(RunRow.instruction_id == i)
+                        .order_by(RunRow.created_at.desc(), RunRow.id.desc())
+                        .limit(RECENT_RUNS)
+                    )
+                )
+                for i in ids
+            }
+            first_rows = {i: list(session.scalars(_scheduled_stmt(i).limit(_PAGE))) for i in ids}
+            every = {run.id: run for i in ids for run in (*recent_rows[i], *first_rows[i])}
+            made = dict(zip(every, _health_runs(session, list(every.values())), strict=True))
+            windows = _window_runs(session, ids, since)
+            quarantined: dict[str, list[tuple[str, str, int]]] = {}
+            for i, day, reason, count in _quarantined_by_instruction(session, ids, since):
+                quarantined.setdefault(i, []).append((day, reason, count))
+            attempts: dict[str, list[tuple[datetime, Any]]] = {}
+            for i, started, usage in session.execute(
+                sa.select(RunRow.instruction_id, AttemptRow.started_at, AttemptRow.usage)
+                .join(RunRow, RunRow.id == AttemptRow.run_id)
+                .where(RunRow.instruction_id.in_(ids), AttemptRow.started_at >= since)
+            ).tuples():
+                attempts.setdefault(i, []).append((started, usage))
+            return [
+                health_of(
+                    i,
+                    since=since,
+                    until=now,
+                    days=days,
+                    recent=[made[run.id] for run in recent_rows[i]],
+                    scheduled=_scheduled_newest_first(
+                        session, _scheduled_stmt(i), [made[run.id] for run in first_rows[i]]
+                    ),
+                    window=windows.get(i, []),
+                    quarantined=quarantined.get(i, []),
+                    attempts=attempts.get(i, []),
+                )
+                for i in ids
+            ]
 
     def quarantined_by_day(
         self,
@@ -312,13 +345,14 @@ class HealthReader:
         instruction_id: str | None = None,
         reason: str | None = None,
         review_status: ReviewStatus | None = None,
-        since: datetime,
+        since: datetime | None = None,
     ) -> dict[str, dict[str, int]]:
-        """Quarantined items per UTC day and reason since ``since``, as the queue's filters
-        select them (``review_status`` None: every item but the superseded ones)."""
+        """Quarantined items per UTC day and reason (since ``since``, None: all of them),
+        as the queue's filters select them (``review_status`` None: every item but the
+        superseded ones)."""
         with self._transaction("count the quarantine per day") as session:
             return by_day(
-                quarantined_per_moment(
+                quarantined_per_day(
                     session,
                     instruction_id=instruction_id,
                     reason=reason,
@@ -332,10 +366,9 @@ def _midnight(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
-def _health_runs(session: Session, stmt: sa.Select[tuple[RunRow]]) -> list[HealthRun]:
-    runs = list(session.scalars(stmt))
+def _health_runs(session: Session, runs: list[RunRow]) -> list[HealthRun]:
     figures: dict[str, RunFigures] = {}
-    # figures_of batches by id (IN lists); a window of a frequent instruction is long.
+    # figures_of batches by id (IN lists): keep each batch bounded.
     for start in range(0, len(runs), 500):
         figures.update(figures_of(session, runs[start : start + 500]))
     return [_health_run(run, figures[run.id]) for run in runs]
@@ -354,11 +387,10 @@ def _health_run(run: RunRow, figures: RunFigures) -> HealthRun:
     )
 
 
-def _scheduled_newest_first(session: Session, instruction_id: str) -> Iterator[HealthRun]:
-    """The instruction's ended scheduled runs, by fire time newest first, a page at a time
-    (the streak stops reading at its first unclean run)."""
+def _scheduled_stmt(instruction_id: str) -> sa.Select[tuple[RunRow]]:
+    """The instruction's ended scheduled runs, by fire time newest first."""
     fire = sa.func.coalesce(RunRow.scheduled_for, RunRow.created_at)
-    stmt = (
+    return (
         sa.select(RunRow)
         .where(
             RunRow.instruction_id == instruction_id,
@@ -367,35 +399,38 @@ def _scheduled_newest_first(session: Session, instruction_id: str) -> Iterator[H
         )
         .order_by(fire.desc(), RunRow.fire_attempt.desc(), RunRow.created_at.desc(), RunRow.id)
     )
-    offset = 0
+
+
+def _scheduled_newest_first(
+    session: Session, stmt: sa.Select[tuple[RunRow]], first_page: list[HealthRun]
+) -> Iterator[HealthRun]:
+    """``stmt``'s runs, ``first_page`` (its first :data:`_PAGE`) and then a page at a time,
+    only as far as the caller reads (the streak stops at its first unclean run)."""
+    page, offset = first_page, 0
     while True:
-        page = _health_runs(session, stmt.offset(offset).limit(_PAGE))
         yield from page
         if len(page) < _PAGE:
             return
         offset += _PAGE
+        page = _health_runs(session, list(session.scalars(stmt.offset(offset).limit(_PAGE))))
 
 
-def quarantined_per_moment(
+def quarantined_per_day(
     session: Session,
     *,
     instruction_id: str | None = None,
     reason: str | None = None,
     review_status: ReviewStatus | None = None,
-    since: datetime,
-) -> list[tuple[datetime, str, int]]:
-    """(created at, reason, count) of the quarantined items the filters select: grouped
-    by moment in SQL (a run's items share one), by UTC day in :func:`by_day`, the same
-    on both backends whatever the session's time zone."""
-    stmt = (
-        sa.select(
-            QuarantinedItemRow.created_at,
-            QuarantinedItemRow.reason,
-            sa.func.count(QuarantinedItemRow.id),
-        )
-        .where(QuarantinedItemRow.created_at >= since)
-        .group_by(QuarantinedItemRow.created_at, QuarantinedItemRow.reason)
+    since: datetime | None,
+) -> list[tuple[str, str, int]]:
+    """(UTC day, reason, count) of the quarantined items the filters select, grouped in
+    the database: the same days on both backends whatever the session's time zone."""
+    day = utc_day(session, QuarantinedItemRow.created_at)
+    stmt = sa.select(day, QuarantinedItemRow.reason, sa.func.count(QuarantinedItemRow.id)).group_by(
+        day, QuarantinedItemRow.reason
     )
+    if since is not None:
+        stmt = stmt.where(QuarantinedItemRow.created_at >= since)
     if review_status is None:
         stmt = stmt.where(QuarantinedItemRow.review_status != ReviewStatus.SUPERSEDED)
     else:
@@ -404,7 +439,81 @@ def quarantined_per_moment(
         stmt = stmt.where(QuarantinedItemRow.instruction_id == instruction_id)
     if reason is not None:
         stmt = stmt.where(QuarantinedItemRow.reason == reason)
-    return [(moment, str(why), count) for moment, why, count in session.execute(stmt).tuples()]
+    return [(str(d), str(why), count) for d, why, count in session.execute(stmt).tuples()]
+
+
+def utc_day(session: Session, column: Any) -> sa.ColumnElement[str]:
+    """The UTC day (2026-11-21) of a timestamp column, in SQL. SQLite keeps UTC
+    timestamps as ISO text (``UTCDateTime``); PostgreSQL converts from timestamptz."""
+    if session.get_bind().dialect.name == "postgresql":
+        return sa.func.to_char(sa.func.timezone("UTC", column), "YYYY-MM-DD")
+    return sa.func.substr(column, 1, 10)
+
+
+def _window_runs(
+    session: Session, instruction_ids: Sequence[str], since: datetime
+) -> dict[str, list[WindowRun]]:
+    """The window's runs: status and trigger from the run's row (every review settles the
+    row's status, :func:`~salvagelane.store.figures.settle`), the finish reason as
+    :mod:`.figures` defines it: the report's, else the last attempt's."""
+    rows = (
+        session.execute(
+            sa.select(
+                RunRow.id,
+                RunRow.trigger,
+                RunRow.status,
+                ReportRow.finish_reason,
+                ReportRow.id,
+                RunRow.instruction_id,
+            )
+            .outerjoin(ReportRow, ReportRow.run_id == RunRow.id)
+            .where(RunRow.instruction_id.in_(instruction_ids), RunRow.created_at >= since)
+        )
+        .tuples()
+        .all()
+    )
+    without = [row[0] for row in rows if row[4] is None]
+    last: dict[str, str | None] = {}
+    for start in range(0, len(without), 500):
+        for run_id, finish in session.execute(
+            sa.select(AttemptRow.run_id, AttemptRow.finish_reason)
+            .where(AttemptRow.run_id.in_(without[start : start + 500]))
+            .order_by(AttemptRow.run_id, AttemptRow.number)
+        ).tuples():
+            last[run_id] = finish
+    windows: dict[str, list[WindowRun]] = {}
+    for run_id, trigger, status, finish, report_id, instruction_id in rows:
+        windows.setdefault(instruction_id, []).append(
+            WindowRun(
+                trigger=trigger,
+                status=status,
+                finish_reason=finish if report_id is not None else last.get(run_id),
+            )
+        )
+    return windows
+
+
+def _quarantined_by_instruction(
+    session: Session, instruction_ids: Sequence[str], since: datetime
+) -> list[tuple[str, str, str, int]]:
+    """(instruction, UTC day, reason, count) of the instructions' quarantined items since
+    ``since`` (superseded ones left out), as :func:`quarantined_per_day` counts them."""
+    day = utc_day(session, QuarantinedItemRow.created_at)
+    stmt = (
+        sa.select(
+            QuarantinedItemRow.instruction_id,
+            day,
+            QuarantinedItemRow.reason,
+            sa.func.count(QuarantinedItemRow.id),
+        )
+        .where(
+            QuarantinedItemRow.instruction_id.in_(instruction_ids),
+            QuarantinedItemRow.created_at >= since,
+            QuarantinedItemRow.review_status != ReviewStatus.SUPERSEDED,
+        )
+        .group_by(QuarantinedItemRow.instruction_id, day, QuarantinedItemRow.reason)
+    )
+    return [(str(i), str(d), str(r), n) for i, d, r, n in session.execute(stmt).tuples()]
 
 
 def health_json(health: InstructionHealth) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -67,9 +67,10 @@ class QuarantineLane:
     def count_by_reason(self, where: QuarantineFilter | None = None) -> dict[str, int]:
         """How many items ``where`` selects per reason (its limit and offset ignored),
         the most frequent first."""
-        chosen = replace(where or QuarantineFilter(), limit=None, offset=0)
-        selected = _matching(chosen).order_by(None).subquery()
-        stmt = sa.select(selected.c.reason, sa.func.count()).group_by(selected.c.reason)
+        stmt = _filtered(
+            sa.select(QuarantinedItemRow.reason, sa.func.count(QuarantinedItemRow.id)),
+            where or QuarantineFilter(),
+        ).group_by(QuarantinedItemRow.reason)
         with self._transaction("count the quarantine by reason") as session:
             counts = {str(reason): count for reason, count in session.execute(stmt).tuples()}
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -396,6 +397,19 @@ def _matching(where: QuarantineFilter) -> sa.Select[tuple[QuarantinedItemRow]]:
         .join(AttemptRow, AttemptRow.id == QuarantinedItemRow.attempt_id)
         .order_by(QuarantinedItemRow.created_at.desc(), QuarantinedItemRow.id.desc())
     )
+    stmt = _filtered(stmt, where)
+    if where.offset:
+        stmt = stmt.offset(where.offset)
+    if where.limit is not None:
+        stmt = stmt.limit(where.limit)
+    return stmt
+
+
+S = TypeVar("S", bound=sa.Select[Any])
+
+
+def _filtered(stmt: S, where: QuarantineFilter) -> S:
+    """``stmt`` with the conditions of ``where`` (not its limit and offset)."""
     if where.review_status is None:
         stmt = stmt.where(QuarantinedItemRow.review_status != ReviewStatus.SUPERSEDED)
     else:
@@ -406,10 +420,6 @@ def _matching(where: QuarantineFilter) -> sa.Select[tuple[QuarantinedItemRow]]:
         stmt = stmt.where(QuarantinedItemRow.reason == where.reason)
     if where.since is not None:
         stmt = stmt.where(QuarantinedItemRow.created_at >= where.since)
-    if where.offset:
-        stmt = stmt.offset(where.offset)
-    if where.limit is not None:
-        stmt = stmt.limit(where.limit)
     return stmt
 
 

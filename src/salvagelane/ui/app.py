@@ -257,18 +257,26 @@ async def queue_page(request: Request, page: Page) -> Response:
 
     def read() -> dict[str, Any]:
         items = store.quarantine.list_quarantine(paged)
-        counts = store.quarantine.count_by_reason(replace(where, reason=None))
+        # One grouped read gives both the counts by reason (of the filter but its reason,
+        # so another reason is one click away) and the chart (of the whole filter).
         per_day = store.health.quarantined_by_day(
             instruction_id=where.instruction_id,
-            reason=where.reason,
             review_status=where.review_status,
-            since=chart_since,
+            since=where.since,
         )
+        counts: dict[str, int] = {}
+        for reasons in per_day.values():
+            for reason, count in reasons.items():
+                counts[reason] = counts.get(reason, 0) + count
+        shown = {
+            day: {r: n for r, n in reasons.items() if where.reason in (None, r)}
+            for day, reasons in per_day.items()
+        }
         return {
             "items": items[:PAGE_SIZE],
             "more": len(items) > PAGE_SIZE,
-            "counts": counts,
-            "day_chart": views.stacked(days_between(chart_since, now), per_day),
+            "counts": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "day_chart": views.stacked(days_between(chart_since, now), shown),
             "instructions": store.instruction_ids(),
         }
 
@@ -348,7 +356,7 @@ def _health(page: Page, request: Request) -> list[Any]:
     ids = [instruction] if instruction else store.instruction_ids()
     if instruction and instruction not in store.instruction_ids():
         raise PageError(404, f"no stored run has instruction {instruction!r}")
-    return [store.health.instruction_health(i, now=now, days=days) for i in ids]
+    return store.health.healths(ids, now=now, days=days)
 
 
 async def health_page(request: Request, page: Page) -> Response:
