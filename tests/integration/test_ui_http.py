@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -252,3 +253,16 @@ def test_the_command_serves_the_page(reviewed: Reviewed, tmp_path: Path) -> None
         answer = httpx.get(server.base + "/", timeout=10)
         assert answer.status_code == 200
         assert "Quarantine" in answer.text
+
+
+def test_a_port_in_use_is_refused(reviewed: Reviewed) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        proc = salvagelane("ui", "--port", str(port), database=reviewed.url, timeout=60)
+
+    assert proc.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
+    assert proc.stdout == ""

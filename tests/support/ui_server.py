@@ -27,7 +27,8 @@ def running_ui(
     database: str, *, cwd: Path, instructions: Path = ROOT / "instructions"
 ) -> Iterator[RunningUi]:
     """Start ``salvagelane ui --port 0`` (the system picks the port; the command prints
-    it), yield once it has printed its URL, stop it with SIGINT on the way out."""
+    it), yield once it has printed its URL, stop it with SIGINT on the way out: it must
+    end with exit 0, as the README says of its stop signals."""
     proc = subprocess.Popen(
         command("ui", "--port", "0", "--database", database, "--instructions", str(instructions)),
         cwd=cwd,
@@ -52,6 +53,8 @@ def running_ui(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        errors = proc.stderr.read() if proc.stderr is not None else ""
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+    assert proc.returncode == 0, f"salvagelane ui ended with {proc.returncode}: {errors}"

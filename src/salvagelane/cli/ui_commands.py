@@ -1,7 +1,7 @@
 """``salvagelane ui``: the review page over the store, on this machine.
 
-Exit codes: 0 stopped (Ctrl-C or SIGTERM); 2 a port in use, a database that cannot be
-opened, bad options.
+Exit codes: 0 stopped (Ctrl-C or SIGTERM, once the URL is printed); 2 a port in use,
+a database that cannot be opened, bad options.
 """
 
 from __future__ import annotations
@@ -52,18 +52,21 @@ def ui_command(
         sock = bind(host, port)
         bound_port = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
-        if not loopback:
-            click.echo(
-                f"warning: listening on {line(host)}, not 127.0.0.1: anyone who can reach it "
-                "and has the token can review; every page needs the token",
-                err=True,
-            )
-        click.echo(f"salvagelane ui on {line(store.url)}")
-        click.echo(f"open http://{shown}:{bound_port}/?token={token}", nl=True)
         settings = Settings(
             store=store,
             access=Access(token=token, loopback=loopback),
             instructions_dir=instructions_dir,
             actor=actor_of(by),
         )
-        serve(settings, sock)
+
+        def ready() -> None:
+            if not loopback:
+                click.echo(
+                    f"warning: listening on {line(host)}, not 127.0.0.1: anyone who can "
+                    "reach it and has the token can review; every page needs the token",
+                    err=True,
+                )
+            click.echo(f"salvagelane ui on {line(store.url)}")
+            click.echo(f"open http://{shown}:{bound_port}/?token={token}")
+
+        serve(settings, sock, ready)

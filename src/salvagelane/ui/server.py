@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import uvicorn
 
@@ -25,8 +29,38 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(settings: Settings, sock: socket.socket) -> None:
-    """Serve on ``sock`` until stopped; uvicorn handles SIGINT and SIGTERM."""
+class _Server(uvicorn.Server):
+    """uvicorn's server, whose stop signals end it with exit 0 as they end ``serve``:
+    uvicorn raises a caught SIGINT or SIGTERM again once it has shut down (exit 130, or
+    death by the signal), which the README's exit codes keep for an interrupted command."""
+
+    def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_ready = on_ready
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            # Said only now: the signal handlers are in place and the socket answers.
+            self._on_ready()
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        stops = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in stops}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+
+def serve(settings: Settings, sock: socket.socket, on_ready: Callable[[], None]) -> None:
+    """Serve on ``sock`` until SIGINT (Ctrl-C) or SIGTERM; returns after a clean shutdown.
+    ``on_ready`` runs once the server answers."""
     config = uvicorn.Config(
         create_app(settings),
         log_level="warning",
@@ -34,4 +68,4 @@ def serve(settings: Settings, sock: socket.socket) -> None:
         server_header=False,
         lifespan="off",
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    _Server(config, on_ready).run(sockets=[sock])
