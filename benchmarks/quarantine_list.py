@@ -24,7 +24,8 @@ import random
 import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -115,8 +116,8 @@ def best_of(repeat: int, call: Callable[[], object]) -> float:
     return min(timings)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def common_options(parser: argparse.ArgumentParser) -> None:
+    """The options every benchmark on this database takes."""
     parser.add_argument(
         "--server",
         default=os.environ.get(
@@ -126,12 +127,14 @@ def main() -> int:
     )
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--quick", action="store_true", help="3 repetitions, no plans")
     parser.add_argument("--seed", type=int, default=20261121)
-    args = parser.parse_args()
-    repeat = 3 if args.quick else args.repeat
 
-    server = sa.make_url(args.server).set(drivername="postgresql+psycopg")
+
+@contextmanager
+def scratch_database(server_url: str, *, keep: bool = False) -> Iterator[str]:
+    """A new, empty database on ``server_url``'s server, migrated to head; dropped on the
+    way out unless ``keep``."""
+    server = sa.make_url(server_url).set(drivername="postgresql+psycopg")
     name = f"salvagelane_bench_{secrets.token_hex(4)}"
     admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
@@ -139,21 +142,34 @@ def main() -> int:
     url = server.set(database=name).render_as_string(hide_password=False)
     try:
         upgrade(url)
+        yield url
+    finally:
+        if keep:
+            print(f"kept: {url}")
+        else:
+            with admin.connect() as connection:
+                connection.execute(
+                    sa.text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = :name AND pid <> pg_backend_pid()"
+                    ),
+                    {"name": name},
+                )
+                connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.dispose()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    common_options(parser)
+    parser.add_argument("--quick", action="store_true", help="3 repetitions, no plans")
+    args = parser.parse_args()
+    repeat = 3 if args.quick else args.repeat
+    with scratch_database(args.server) as url:
         began = time.perf_counter()
         fill(url, args.rows, args.seed)
         print(f"filled {args.rows:,} quarantined items in {time.perf_counter() - began:.1f} s")
         run_queries(url, repeat, plans=not args.quick)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(
-                sa.text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = :name AND pid <> pg_backend_pid()"
-                ),
-                {"name": name},
-            )
-            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}"')
-        admin.dispose()
     return 0
 
 

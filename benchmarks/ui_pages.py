@@ -18,7 +18,6 @@ several repetitions, against the target of 200 ms per page.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import secrets
 import sys
@@ -34,8 +33,14 @@ sys.path.insert(0, str(HERE))
 
 import warnings  # noqa: E402
 
-from quarantine_list import INSTRUCTIONS, NOW, fill  # noqa: E402
-from salvagelane.store import QuarantineFilter, Store, upgrade  # noqa: E402
+from quarantine_list import (  # noqa: E402
+    INSTRUCTIONS,
+    NOW,
+    common_options,
+    fill,
+    scratch_database,
+)
+from salvagelane.store import QuarantineFilter, Store  # noqa: E402
 from salvagelane.store.models import AttemptRow, QuarantinedItemRow, RunRow  # noqa: E402
 from salvagelane.ui.app import Settings, create_app  # noqa: E402
 from salvagelane.ui.security import Access  # noqa: E402
@@ -103,7 +108,7 @@ BIG_RUN = "big-output-run"
 
 def big_output(run: dict[str, object], attempt: dict[str, object]) -> dict[str, object]:
     """Give the newest scheduled run an output at the default byte cap (256 KiB, about
-    6,000 lines) with an item quarantined in its middle: the item view's largest page."""
+    3,200 lines) with an item quarantined in its middle: the item view's largest page."""
     line = '    {"rank": 1, "candidate": "billing-migration", "why": "<b>escaped</b> & kept"},\n'
     raw = ('{"recommendations": [\n' + line * (262_144 // len(line)))[:262_144]
     attempt["raw_output"] = raw.encode()
@@ -186,17 +191,8 @@ def measure(url: str, repeat: int) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--server",
-        default=os.environ.get(
-            "SALVAGELANE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
-        ),
-        help="a PostgreSQL URL; a scratch database is created beside its database",
-    )
-    parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=7)
+    common_options(parser)
     parser.add_argument("--quick", action="store_true", help="3 repetitions")
-    parser.add_argument("--seed", type=int, default=20261121)
     parser.add_argument(
         "--keep", action="store_true", help="keep the scratch database and print its URL"
     )
@@ -204,41 +200,18 @@ def main() -> int:
     args = parser.parse_args()
     repeat = 3 if args.quick else args.repeat
     if args.url:
-        return 0 if measure(args.url, repeat) else 1
-
-    server = sa.make_url(args.server).set(drivername="postgresql+psycopg")
-    name = f"salvagelane_bench_{secrets.token_hex(4)}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    url = server.set(database=name).render_as_string(hide_password=False)
-    try:
-        upgrade(url)
-        began = time.perf_counter()
-        fill(url, args.rows, args.seed)
-        fill_schedule(url, args.seed)
-        print(f"filled {args.rows:,} quarantined items in {time.perf_counter() - began:.1f} s\n")
-        passed = measure(url, repeat)
-    finally:
-        if args.keep:
-            print(f"kept: {url}")
-        else:
-            drop(admin, name)
-        admin.dispose()
+        passed = measure(args.url, repeat)
+    else:
+        with scratch_database(args.server, keep=args.keep) as url:
+            began = time.perf_counter()
+            fill(url, args.rows, args.seed)
+            fill_schedule(url, args.seed)
+            print(
+                f"filled {args.rows:,} quarantined items in {time.perf_counter() - began:.1f} s\n"
+            )
+            passed = measure(url, repeat)
     print("\nevery page under the target" if passed else "\nsome page missed the target")
     return 0 if passed else 1
-
-
-def drop(admin: sa.Engine, name: str) -> None:
-    with admin.connect() as connection:
-        connection.execute(
-            sa.text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = :name AND pid <> pg_backend_pid()"
-            ),
-            {"name": name},
-        )
-        connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}"')
 
 
 if __name__ == "__main__":

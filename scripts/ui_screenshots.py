@@ -48,10 +48,9 @@ def scheduled_fires(home: Path, today: datetime, fires: list[tuple[int, Path | N
 
     from salvagelane.definitions.ids import instruction_by_id
     from salvagelane.executor import Executor, connector_factory, sinks_factory
+    from salvagelane.logs import configure_logging
     from salvagelane.store import Store
     from salvagelane.vocabulary import Trigger
-
-    from salvagelane.logs import configure_logging
 
     configure_logging(json=False, level="warning")
     definition = instruction_by_id("daily-triage", home / "instructions")
