@@ -79,6 +79,10 @@ class Watched:
             "window.__alerts = []; window.alert = (m) => window.__alerts.push(String(m));"
         )
 
+    def keys_ready(self) -> None:
+        """Wait until the page's shortcuts listen (ui.js marks the page)."""
+        self.page.wait_for_selector("html[data-keys='ready']", state="attached")
+
     def alerts(self) -> list[str]:
         found: list[str] = self.page.evaluate("window.__alerts")
         return found
@@ -104,6 +108,7 @@ def test_review_in_a_browser(watched: Watched, server: RunningUi, reviewed: Revi
     page.select_option("#filter-reason", "malformed")
     page.click("#apply-filters")
     assert page.locator("#queue tbody tr").count() == 1
+    watched.keys_ready()
     page.keyboard.press("j")
     page.keyboard.press("Enter")
     page.wait_for_url(f"**/items/{reviewed.hostile_item}?reason=malformed")
@@ -118,6 +123,7 @@ def test_review_in_a_browser(watched: Watched, server: RunningUi, reviewed: Revi
     assert watched.dialogs == []
 
     # Reject it with a note: the status changes in the database and the audit trail.
+    watched.keys_ready()
     page.keyboard.press("r")
     page.keyboard.type("spam from a test")
     page.click("#reject")
@@ -132,6 +138,7 @@ def test_review_in_a_browser(watched: Watched, server: RunningUi, reviewed: Revi
     # Approve the corrected schema item from the editor: it is in its run's report.
     page.goto(f"{server.base}/?reason=schema")
     page.click(f"a[href^='/items/{reviewed.schema_item}']")
+    watched.keys_ready()
     page.keyboard.press("a")
     page.fill("#corrected", json.dumps(reviewed.fixed_item, indent=2))
     page.click("#approve")

@@ -95,6 +95,9 @@
     }
   });
 
+  // Said on the page once the shortcuts listen (tests wait for it before pressing keys).
+  document.documentElement.dataset.keys = "ready";
+
   document.addEventListener("DOMContentLoaded", () => {
     const span = document.querySelector("#raw mark.span");
     if (span) {
