@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from starlette.testclient import TestClient
 from salvagelane.store import Store
 from salvagelane.ui.app import Settings, create_app
 from salvagelane.ui.security import CSP, Access
-from tests.support.cli import ROOT, salvagelane
+from tests.support.cli import ROOT, clean_env, command, salvagelane
 from tests.support.review_page import IMG, SCRIPT, TOKEN, Reviewed, csrf_of, reviewed_database
 
 
@@ -266,3 +268,27 @@ def test_a_port_in_use_is_refused(reviewed: Reviewed) -> None:
     assert proc.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
     assert proc.stdout == ""
+
+
+def test_listening_beyond_loopback_is_warned_about(reviewed: Reviewed, tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        command("ui", "--host", "0.0.0.0", "--port", "0", "--database", reviewed.url),
+        cwd=tmp_path,
+        env=clean_env({"SALVAGELANE_UI_TOKEN": TOKEN}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = next(line for line in proc.stdout if line.startswith("open "))
+        base = url.split(" ", 1)[1].split("/?", 1)[0].replace("0.0.0.0", "127.0.0.1")
+        # Not on loopback: even reading needs the token.
+        assert httpx.get(base + "/", timeout=10).status_code == 403
+        signed = httpx.get(f"{base}/?token={TOKEN}", timeout=10, follow_redirects=True)
+        assert signed.status_code == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, errors = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    assert "warning: listening on 0.0.0.0, not 127.0.0.1" in errors
