@@ -1,5 +1,5 @@
 """Who may read and who may change: the access token, CSRF, the Host check and the
-headers every response carries (docs/adr/0010-review-page.md).
+headers every response carries (docs/adr/0012-review-page.md).
 
 - Every request that changes data needs the access token (a cookie set when the URL
   printed at start, ``/?token=...``, is opened) *and* the CSRF token of the page it was
