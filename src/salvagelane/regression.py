@@ -661,18 +661,13 @@ def _stored_definition(store: Store, run_id: str, instruction_id: str) -> dict[s
 
 def _chosen_attempt(detail: RunDetail, number: int | None) -> AttemptView:
     if number is not None:
-        for attempt in detail.attempts:
-            if attempt.number == number:
-                if attempt.raw_output is None:
-                    raise InputError(
-                        f"run {detail.id}: attempt {number} has no raw output to capture "
-                        f"(the call failed: {attempt.provider_error or 'no answer'})"
-                    )
-                return attempt
-        numbers = ", ".join(str(a.number) for a in detail.attempts) or "none"
-        raise NotFoundError(
-            f"run {detail.id}: no attempt {number}: expected one of its attempts ({numbers})"
-        )
+        attempt = detail.attempt(number)
+        if attempt.raw_output is None:
+            raise InputError(
+                f"run {detail.id}: attempt {number} has no raw output to capture "
+                f"(the call failed: {attempt.provider_error or 'no answer'})"
+            )
+        return attempt
     with_raw = [a for a in detail.attempts if a.raw_output is not None]
     best = next((a for a in with_raw if a.id == detail.best_attempt_id), None)
     if best is None and detail.report is not None:

@@ -350,17 +350,13 @@ def redelivery_summary(*, tried: int, delivered: int) -> str:
 
 def raw_output(detail: RunDetail, number: int) -> str:
     """The raw output of attempt ``number``, exactly as stored (see :func:`clipped_note`)."""
-    for attempt in detail.attempts:
-        if attempt.number == number:
-            if attempt.raw_output is None:
-                raise NotFoundError(
-                    f"run {detail.id}: attempt {number} has no output "
-                    f"(the call failed: {attempt.provider_error})"
-                )
-            return attempt.raw_output
-    raise NotFoundError(
-        f"run {detail.id}: no attempt {number}; expected 1 to {len(detail.attempts)}"
-    )
+    attempt = detail.attempt(number)
+    if attempt.raw_output is None:
+        raise NotFoundError(
+            f"run {detail.id}: attempt {number} has no output "
+            f"(the call failed: {attempt.provider_error})"
+        )
+    return attempt.raw_output
 
 
 def captured_fixture(captured: CapturedFixture) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from salvagelane.errors import NotFoundError
 from salvagelane.vocabulary import (
     DeliveryStatus,
     ItemOrigin,
@@ -371,3 +372,13 @@ class RunDetail(RunSummary):
     report: ReportView | None
     quarantined: list[QuarantineView]
     deliveries: list[SinkDeliveryView]
+
+    def attempt(self, number: int) -> AttemptView:
+        """Attempt ``number`` (1-based) of this run."""
+        for attempt in self.attempts:
+            if attempt.number == number:
+                return attempt
+        numbers = ", ".join(str(a.number) for a in self.attempts) or "none"
+        raise NotFoundError(
+            f"run {self.id}: no attempt {number}: expected one of its attempts ({numbers})"
+        )
