@@ -30,10 +30,14 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+# The checkout's src/ and its root: the scratch database comes from the tests' support.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from tests.support.postgres import scratch_database
+
 from salvagelane.store import QuarantineFilter, Store, upgrade
-from salvagelane.store.models import Attempt, QuarantinedItem, Run
+from salvagelane.store.models import AttemptRow, QuarantinedItemRow, RunRow
 
 INSTRUCTIONS = ("daily-triage", "weekly-digest", "incident-summary", "release-notes", "sla-audit")
 REASONS = ("truncated", "malformed", "schema", "allow_list", "over_limit", "too_long")
@@ -96,10 +100,10 @@ def fill(url: str, rows: int, seed: int) -> None:
                 }
             )
     with engine.begin() as connection:
-        connection.execute(sa.insert(Run), runs)
-        connection.execute(sa.insert(Attempt), attempts)
+        connection.execute(sa.insert(RunRow), runs)
+        connection.execute(sa.insert(AttemptRow), attempts)
         for start in range(0, len(items), 10_000):
-            connection.execute(sa.insert(QuarantinedItem), items[start : start + 10_000])
+            connection.execute(sa.insert(QuarantinedItemRow), items[start : start + 10_000])
         connection.exec_driver_sql("ANALYZE")
     engine.dispose()
 
@@ -129,29 +133,12 @@ def main() -> int:
     args = parser.parse_args()
     repeat = 3 if args.quick else args.repeat
 
-    server = sa.make_url(args.server).set(drivername="postgresql+psycopg")
-    name = f"salvagelane_bench_{secrets.token_hex(4)}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    url = server.set(database=name).render_as_string(hide_password=False)
-    try:
+    with scratch_database(args.server, "salvagelane_bench") as url:
         upgrade(url)
         began = time.perf_counter()
         fill(url, args.rows, args.seed)
         print(f"filled {args.rows:,} quarantined items in {time.perf_counter() - began:.1f} s")
         run_queries(url, repeat, plans=not args.quick)
-    finally:
-        with admin.connect() as connection:
-            connection.execute(
-                sa.text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = :name AND pid <> pg_backend_pid()"
-                ),
-                {"name": name},
-            )
-            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}"')
-        admin.dispose()
     return 0
 
 
@@ -187,10 +174,10 @@ def run_queries(url: str, repeat: int, *, plans: bool) -> None:
         engine.dispose()
 
 
-def _statement(where: QuarantineFilter) -> sa.Select[tuple[QuarantinedItem]]:
+def _statement(where: QuarantineFilter) -> sa.Select[tuple[QuarantinedItemRow]]:
     from salvagelane.store.review import _matching
 
-    return _matching(where).add_columns(Attempt.number)
+    return _matching(where).add_columns(AttemptRow.number)
 
 
 def without_index_scans(engine: sa.Engine, where: QuarantineFilter) -> None:
