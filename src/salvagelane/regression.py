@@ -73,6 +73,7 @@ from salvagelane.core.outcome import (
     QuarantineOutcome,
     compare,
     outcome_of,
+    repairs_from_json,
 )
 from salvagelane.errors import (
     DefinitionError,
@@ -692,7 +693,12 @@ def _stored_outcome(detail: RunDetail, attempt: AttemptView) -> Outcome | None:
     if report is None or report.attempt_id != attempt.id or not isinstance(status, str):
         return None
     items = tuple(
-        ItemOutcome(index=item.source_index, sha256=canonical_sha256(item.data), data=item.data)
+        ItemOutcome(
+            index=item.source_index,
+            sha256=canonical_sha256(item.data),
+            data=item.data,
+            repairs=repairs_from_json(item.repairs or [], f"report item {item.position}"),
+        )
         for item in sorted(report.items, key=lambda item: item.position)
         if item.origin == ItemOrigin.MODEL and item.source_index is not None
     )

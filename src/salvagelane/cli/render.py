@@ -64,6 +64,16 @@ def status_notes(run: RunSummary) -> list[str]:
     return notes
 
 
+def _repairs(repairs: Sequence[Any]) -> str:
+    """``trailing_comma at offset 57, ...``: a stored item's lossless repairs."""
+    return ", ".join(
+        f"{line(str(r.get('kind')))} at offset {line(str(r.get('at')))}"
+        if isinstance(r, Mapping)
+        else line(str(r))
+        for r in repairs
+    )
+
+
 def _items(count: int) -> str:
     return f"{count} item" + ("" if count == 1 else "s")
 
@@ -254,6 +264,9 @@ def run_detail(detail: RunDetail) -> str:
             text = json.dumps(item.data, ensure_ascii=False, separators=(", ", ": "))
             origin = "" if item.origin == ItemOrigin.MODEL else f" [{line(item.origin)}]"
             lines.append(f"  {item.position + 1}. {one_line(text, _ITEM_WIDTH)}{origin}")
+            if item.repairs:
+                # A repaired item is never passed off as the model's own text (ADR 0001).
+                lines.append(f"      repaired: {_repairs(item.repairs)}")
     lines.append("")
     lines.append(
         f"quarantine lane ({_items(len(detail.quarantined))}, {detail.quarantined_count} held back)"

@@ -634,7 +634,8 @@ def _add_report(
             report_id=report_id,
             position=position,
             coercions=None if item.coercions is None else list(item.coercions),
-            **columns_of(item, omit={"coercions"}),
+            repairs=None if item.repairs is None else list(item.repairs),
+            **columns_of(item, omit={"coercions", "repairs"}),
         )
         for position, item in enumerate(report.items)
     )

@@ -39,6 +39,7 @@ class ReportItemRecord:
     span_end: int | None
     coercions: Sequence[JSONValue] | None = None
     origin: ItemOrigin = ItemOrigin.MODEL
+    repairs: Sequence[JSONValue] | None = None  # lossless repairs: never passed off as original
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -175,6 +176,7 @@ class ReportItemView:
     span_end: int | None
     coercions: list[JSONValue] | None
     origin: ItemOrigin
+    repairs: list[JSONValue] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
