@@ -18,8 +18,9 @@ A fixture is a directory holding:
 ``expected.json``
     The outcome salvage must give (see :mod:`salvagelane.core.outcome`): ``format``,
     ``status``, ``envelope_keys``, the accepted ``items`` in report order (source
-    ``index``, ``sha256`` of the data's canonical JSON, and the ``data``) and the
-    ``quarantined`` candidates in order (source ``index``, ``reason``).
+    ``index``, ``sha256`` of the data's canonical JSON, the ``data``, and ``repairs``
+    for an item accepted after a lossless repair) and the ``quarantined`` candidates in
+    order (source ``index``, ``reason``).
 ``definition.json``
     The definition the run was made with, as the store kept it
     (:class:`salvagelane.definitions.DefinitionSnapshot`: its YAML text and the files

@@ -1,7 +1,7 @@
 """Lossless repairs (``accept_repairs: lossless``): what is repaired, what never is, and
 how a repaired item is recorded.
 
-The tables hold the exact rule (core/lossless.py, ADR 0010); the properties hold it for
+The tables hold the exact rule (core/lossless.py, ADR 0011); the properties hold it for
 any item: trailing commas put at legal points are repaired into the original value, with
 exactly those repairs on record, and refused with the policy off.
 """

@@ -9,7 +9,7 @@ strict parse and every other guardrail as an intact item does.
 
 One kind exists: ``trailing_comma``, a comma that directly follows a complete member
 or element and is followed, after JSON whitespace only, by the ``}`` or ``]`` that
-closes the same container. Why its reading is unique (docs/adr/0010-lossless-repairs.md):
+closes the same container. Why its reading is unique (docs/adr/0011-lossless-repairs.md):
 every value token of the item keeps its place, so the repaired item holds exactly the
 members and elements the text spelled out; the only other way to make such text valid
 is to insert a value after the comma, and that value would be invented.
