@@ -161,3 +161,42 @@ def test_without_accept_repairs_the_same_run_quarantines_the_item(
     stored = detail["report"]["items"]
     assert [item["data"] for item in stored] == [meant[0], meant[2]]
     assert [item["repairs"] for item in stored] == [None, None]
+
+
+def test_an_operators_approved_item_is_repaired_and_recorded_under_the_runs_definition(
+    database_url: str, tmp_path: Path
+) -> None:
+    meant = items(3)
+    # The model's 2nd item has a duplicate key as well as a trailing comma: not lossless.
+    damaged = '{"rank": 2, ' + json.dumps(meant[1])[1:-1] + ",}"
+    raw = (
+        '{"summary": "Three workstreams.", "recommendations": [\n'
+        + ",\n".join([json.dumps(meant[0]), damaged, json.dumps(meant[2])])
+        + "\n]}"
+    )
+    replay = _replay_fixture(tmp_path / "replay", raw)
+    project = Project.create(tmp_path / "project")
+    project.edit({"  coerce: false\n": "  coerce: false\n  accept_repairs: lossless\n"})
+    assert salvagelane("db", "upgrade", database=database_url).returncode == 0
+    ran = project.run(database_url, {}, "--replay", str(replay), "--json")
+    assert ran.returncode == 0, ran.stderr
+    run_id = json.loads(ran.stdout)["run_id"]
+    listed = salvagelane("quarantine", "list", "--json", database=database_url)
+    [held] = json.loads(listed.stdout)
+    assert held["reason"] == "malformed"
+
+    corrected, commas = with_trailing_commas(meant[1], lambda: "\n")
+    path = tmp_path / "item.json"
+    path.write_text(corrected, encoding="utf-8")
+    approved = salvagelane(
+        "quarantine", "approve", str(held["id"]), "--file", str(path), "--by", "alice",
+        "--instructions", str(project.instructions), database=database_url,
+    )  # fmt: skip
+    assert approved.returncode == 0, approved.stderr
+    shown = salvagelane("runs", "show", run_id, "--json", database=database_url)
+    report = json.loads(shown.stdout)["report"]
+    [added] = [item for item in report["items"] if item["origin"] == "operator"]
+    assert added["data"] == meant[1]
+    # Offsets into the operator's text, as the item's check counts them.
+    assert added["repairs"] == [{"kind": "trailing_comma", "at": at} for at in commas]
+    assert all(corrected[at] == "," for at in commas)
