@@ -331,7 +331,8 @@ def test_downgrade_below_item_repairs_without_one_drops_the_column(database_url:
             columns = {c["name"] for c in sa.inspect(connection).get_columns("report_items")}
     finally:
         engine.dispose()
-    assert "repairs" not in columns and "coercions" in columns
+    assert "repairs" not in columns
+    assert "coercions" in columns
     upgrade(database_url)
     assert current_revision(database_url) == head_revision()
 

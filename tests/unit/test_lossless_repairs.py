@@ -235,7 +235,8 @@ def test_a_truncated_item_is_never_repaired_into_acceptance() -> None:
     assert [item.index for item in result.items] == [0]
     [cut] = result.quarantined
     assert (cut.index, cut.reason) == (1, Reason.TRUNCATED)
-    assert cut.has_repair and cut.repaired == {"a": 2, "b": [1], "c": "d"}
+    assert cut.has_repair
+    assert cut.repaired == {"a": 2, "b": [1], "c": "d"}
     assert result.truncated
     # A cut item with a trailing comma before the cut: truncated, whatever the policy.
     cut_after_comma = run('[{"a":[1,],"b":', accept_repairs=LOSSLESS)
@@ -361,7 +362,9 @@ def test_trailing_commas_at_legal_points_are_repaired_into_the_original(
         assert isinstance(off, QuarantinedItem)
         assert off.reason is Reason.MALFORMED
     else:
-        assert isinstance(off, AcceptedItem) and off.data == item and not off.repairs
+        assert isinstance(off, AcceptedItem)
+        assert off.data == item
+        assert not off.repairs
 
 
 @PROPERTY

@@ -22,19 +22,10 @@ answer None: the item is not repairable and keeps the rejection it had.
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass
 
 from salvagelane.core import lexis
 from salvagelane.core.records import Repair, RepairKind
-
-_TOKEN = re.compile(
-    r"[ \t\n\r]*+(?:"
-    r'(?P<string>"' + lexis.STRING_BODY + '")'
-    r"|(?P<number>" + lexis.NUMBER.pattern + ")"
-    r"|(?P<literal>true|false|null)"
-    r"|(?P<punct>[{}\[\],:]))"
-)
 
 
 class AcceptRepairs(enum.StrEnum):
@@ -78,7 +69,7 @@ def find_trailing_commas(text: str) -> tuple[int, ...] | None:
     pos = 0
     done = False
     while True:
-        match = _TOKEN.match(text, pos)
+        match = lexis.TOKEN.match(text, pos)
         if match is None:
             break
         if done:
@@ -93,7 +84,7 @@ def find_trailing_commas(text: str) -> tuple[int, ...] | None:
             if not stack or is_object != (token == "}"):
                 return None
             if expect in (_Expect.KEY, _Expect.ELEMENT):
-                found.append(last_comma)  # only whitespace lies between: see _TOKEN
+                found.append(last_comma)  # only whitespace lies between: see lexis.TOKEN
             elif expect not in (
                 _Expect.KEY_OR_CLOSE,
                 _Expect.VALUE_OR_CLOSE,
