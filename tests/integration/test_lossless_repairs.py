@@ -85,29 +85,34 @@ def test_salvage_refuses_an_unknown_repair_policy() -> None:
     assert "'best_effort' is not one of 'none', 'lossless'" in refused.stderr
 
 
-def _replay_fixture(directory: Path, raw: str) -> Path:
-    directory.mkdir()
-    (directory / "raw.txt").write_text(raw, encoding="utf-8")
-    (directory / "meta.json").write_text(
+def _run(
+    database_url: str, tmp_path: Path, raw: str, *, lossless: bool
+) -> tuple[Project, dict[str, Any]]:
+    """``run daily-triage --replay`` of ``raw`` in a copy of the example project, its
+    definition with ``accept_repairs: lossless`` or as bundled; the run's JSON outcome."""
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    (replay / "raw.txt").write_text(raw, encoding="utf-8")
+    (replay / "meta.json").write_text(
         '{"instruction": "daily-triage", "finish_reason": "stop"}', encoding="utf-8"
     )
-    return directory
+    project = Project.create(tmp_path / "project")
+    if lossless:
+        project.edit({"  coerce: false\n": "  coerce: false\n  accept_repairs: lossless\n"})
+    assert salvagelane("db", "upgrade", database=database_url).returncode == 0
+    ran = project.run(database_url, {}, "--replay", str(replay), "--json")
+    assert ran.returncode == 0, ran.stderr
+    outcome: dict[str, Any] = json.loads(ran.stdout)
+    return project, outcome
 
 
 def test_a_definition_with_accept_repairs_lossless_stores_and_shows_the_repairs(
     database_url: str, tmp_path: Path
 ) -> None:
     raw, commas, meant = _report()
-    replay = _replay_fixture(tmp_path / "replay", raw)
-    project = Project.create(tmp_path / "project")
-    project.edit({"  coerce: false\n": "  coerce: false\n  accept_repairs: lossless\n"})
-    assert salvagelane("db", "upgrade", database=database_url).returncode == 0
+    project, outcome = _run(database_url, tmp_path, raw, lossless=True)
     checked = salvagelane("check", str(project.instructions))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-
-    ran = project.run(database_url, {}, "--replay", str(replay), "--json")
-    assert ran.returncode == 0, ran.stderr
-    outcome = json.loads(ran.stdout)
     assert (outcome["status"], outcome["kept"]) == ("ok", 3)
     run_id = outcome["run_id"]
 
@@ -148,12 +153,7 @@ def test_without_accept_repairs_the_same_run_quarantines_the_item(
     database_url: str, tmp_path: Path
 ) -> None:
     raw, _, meant = _report()
-    replay = _replay_fixture(tmp_path / "replay", raw)
-    project = Project.create(tmp_path / "project")
-    assert salvagelane("db", "upgrade", database=database_url).returncode == 0
-    ran = project.run(database_url, {}, "--replay", str(replay), "--json")
-    assert ran.returncode == 0, ran.stderr
-    outcome = json.loads(ran.stdout)
+    _, outcome = _run(database_url, tmp_path, raw, lossless=False)
     assert (outcome["status"], outcome["kept"], outcome["quarantined"]) == ("partial", 2, 1)
     shown = salvagelane("runs", "show", outcome["run_id"], "--json", database=database_url)
     detail = json.loads(shown.stdout)
@@ -174,13 +174,8 @@ def test_an_operators_approved_item_is_repaired_and_recorded_under_the_runs_defi
         + ",\n".join([json.dumps(meant[0]), damaged, json.dumps(meant[2])])
         + "\n]}"
     )
-    replay = _replay_fixture(tmp_path / "replay", raw)
-    project = Project.create(tmp_path / "project")
-    project.edit({"  coerce: false\n": "  coerce: false\n  accept_repairs: lossless\n"})
-    assert salvagelane("db", "upgrade", database=database_url).returncode == 0
-    ran = project.run(database_url, {}, "--replay", str(replay), "--json")
-    assert ran.returncode == 0, ran.stderr
-    run_id = json.loads(ran.stdout)["run_id"]
+    project, outcome = _run(database_url, tmp_path, raw, lossless=True)
+    run_id = outcome["run_id"]
     listed = salvagelane("quarantine", "list", "--json", database=database_url)
     [held] = json.loads(listed.stdout)
     assert held["reason"] == "malformed"
