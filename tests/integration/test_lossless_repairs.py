@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from salvagelane.store import Store
 from tests.support.cli import ROOT, salvagelane
 from tests.support.run_setup import Project, items
 from tests.support.trailing_commas import with_trailing_commas
@@ -125,6 +126,11 @@ def test_a_definition_with_accept_repairs_lossless_stores_and_shows_the_repairs(
         [{"kind": "trailing_comma", "at": at} for at in commas],
         None,
     ]
+    # What a sink receives says which item was repaired, as it says who wrote an item.
+    with Store.open(database_url, read_only=True) as store:
+        payload = store.get_report_payload(run_id)
+    assert payload["items"] == meant
+    assert payload["item_repairs"] == [[], stored[1]["repairs"], []]
     human = salvagelane("runs", "show", run_id, database=database_url)
     assert (
         f"      repaired: trailing_comma at offset {commas[0]}, "
@@ -161,6 +167,8 @@ def test_without_accept_repairs_the_same_run_quarantines_the_item(
     stored = detail["report"]["items"]
     assert [item["data"] for item in stored] == [meant[0], meant[2]]
     assert [item["repairs"] for item in stored] == [None, None]
+    with Store.open(database_url, read_only=True) as store:
+        assert "item_repairs" not in store.get_report_payload(outcome["run_id"])
 
 
 def test_an_operators_approved_item_is_repaired_and_recorded_under_the_runs_definition(

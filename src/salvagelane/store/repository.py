@@ -556,7 +556,7 @@ class Store:
             report = report_view(session, run.id, figures_of(session, [run])[run.id])
             if report is None:
                 raise NotFoundError(f"{self.url}: run {run.id} has no report (it is {run.status})")
-            return {
+            payload: dict[str, Any] = {
                 "run_id": run.id,
                 "instruction": run.instruction_id,
                 "status": report.status,
@@ -569,6 +569,11 @@ class Store:
                 # model's, even in a report whose status an approval made ok.
                 "item_origins": [item.origin for item in report.items],
             }
+            if any(item.repairs for item in report.items):
+                # Nor is a repaired item passed off as written; only a report holding one
+                # carries the list, so every other payload is as it was.
+                payload["item_repairs"] = [item.repairs or [] for item in report.items]
+            return payload
 
     def _resolve(self, session: Session, run_id: str) -> RunRow:
         """The run whose id is ``run_id`` or starts with it (at least MIN_PREFIX characters)."""
