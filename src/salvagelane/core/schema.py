@@ -1,7 +1,9 @@
 """Item schemas: compiled once, format-checked, never fetching a remote ``$ref``.
 
-Validation errors become correction signals a retry prompt can use:
-``schema at $.wsjf.score: expected number, received "high"``.
+Two validators share the work (docs/adr/0010-fast-verdict-reference-explanation.md):
+jsonschema-rs gives the verdict, and only for an item it rejects does ``jsonschema``,
+the reference, say why. Validation errors become correction signals a retry prompt
+can use: ``schema at $.wsjf.score: expected number, received "high"``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import referencing.exceptions
 from referencing.jsonschema import DRAFT202012
 
 from salvagelane.core.canonical import canonical_sha256
+from salvagelane.core.schema_routing import fast_validator, format_checker
 from salvagelane.core.records import CorrectionSignal, JSONValue
 from salvagelane.core.strict import describe, member_path
 from salvagelane.errors import SchemaError
@@ -35,11 +38,18 @@ def _refuse_retrieval(uri: str) -> referencing.Resource[Any]:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ItemSchema:
-    """A JSON Schema compiled into a validator, with the hash that identifies it."""
+    """A JSON Schema compiled into two validators, with the hash that identifies it.
+
+    ``fast`` (jsonschema-rs) gives the verdict; ``validator`` (jsonschema) explains a
+    rejection. ``fast`` is None when the schema is validated by jsonschema alone, and
+    ``reference_only`` then says why (schema_routing.py).
+    """
 
     schema: Mapping[str, Any]
     sha256: str
     validator: Any  # a jsonschema Validator instance; its protocol is not generic
+    fast: Any = None  # a jsonschema_rs Validator, or None
+    reference_only: str = ""
 
     @classmethod
     def compile(
@@ -62,15 +72,35 @@ class ItemSchema:
             raise SchemaError(
                 f"{source}: not a valid JSON Schema at {where}: {exc.message}"
             ) from exc
-        registry = _registry(schema, resources, source)
-        validator = validator_class(
-            schema, registry=registry, format_checker=validator_class.FORMAT_CHECKER
-        )
+        registry, bundled = _registry(schema, resources, source)
+        validator = validator_class(schema, registry=registry, format_checker=format_checker())
+        fast, reference_only = fast_validator(schema, bundled)
         digest = canonical_sha256(schema, allow_nan=True)
-        return cls(schema=schema, sha256=digest, validator=validator)
+        return cls(
+            schema=schema,
+            sha256=digest,
+            validator=validator,
+            fast=fast,
+            reference_only=reference_only,
+        )
 
     def check(self, instance: JSONValue) -> CorrectionSignal | None:
-        """The best correction signal for ``instance``, or None when it validates."""
+        """The best correction signal for ``instance``, or None when it validates.
+
+        The fast validator's "valid" is final. Its "invalid" is explained by the
+        reference; should the reference find nothing to explain (a disagreement the
+        test suite did not catch), the reference's verdict stands, as before jsonschema-rs.
+        """
+        if self.fast is not None:
+            try:
+                if self.fast.is_valid(instance):
+                    return None
+            except ValueError:
+                pass  # a value jsonschema-rs cannot take: the reference decides
+        return self.explain(instance)
+
+    def explain(self, instance: JSONValue) -> CorrectionSignal | None:
+        """The reference validator's correction signal for ``instance``, or None."""
         try:
             errors = sorted(
                 self.validator.iter_errors(instance), key=jsonschema.exceptions.relevance
@@ -103,11 +133,12 @@ _ROOT_URI = "urn:salvagelane:schema-under-compilation"
 
 def _registry(
     schema: Mapping[str, Any], resources: Iterable[Mapping[str, Any]], source: str
-) -> referencing.Registry[Any]:
+) -> tuple[referencing.Registry[Any], list[tuple[str, Mapping[str, Any]]]]:
     """A registry that can never fetch, in which every ``$ref`` was resolved once already.
 
     Resolving at load time turns a remote or dangling reference into a clear
-    configuration error instead of an exception in the middle of a run.
+    configuration error instead of an exception in the middle of a run. The bundled
+    resources come back by URI too, for the fast validator's registry.
     """
     registry: referencing.Registry[Any] = referencing.Registry(
         retrieve=_refuse_retrieval  # type: ignore[call-arg]
@@ -122,6 +153,7 @@ def _registry(
             raise SchemaError(f"{source}: bundled schema #{index + 1} has no $id to $ref it by")
         registry = registry.with_resource(uri=uri, resource=resource)
         documents.append((uri, contents))
+    bundled = list(documents)
     root = referencing.Resource.from_contents(schema, default_specification=DRAFT202012)
     root_uri = root.id() or _ROOT_URI
     registry = registry.with_resource(uri=root_uri, resource=root).crawl()
@@ -141,7 +173,7 @@ def _registry(
                 raise SchemaError(
                     f"{source}: $ref {ref!r} at {where} cannot be resolved; {hint}"
                 ) from exc
-    return registry
+    return registry, bundled
 
 
 def _iter_refs(schema: Any, base: str) -> Iterator[tuple[str, str, str]]:
