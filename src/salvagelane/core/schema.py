@@ -19,10 +19,10 @@ import jsonschema.exceptions
 import jsonschema.validators
 import referencing
 import referencing.exceptions
-from referencing.jsonschema import DRAFT202012
+from referencing.jsonschema import DRAFT202012, UnknownDialect, specification_with
 
 from salvagelane.core.canonical import canonical_sha256
-from salvagelane.core.schema_routing import fast_validator, format_checker
+from salvagelane.core.schema_routing import fast_validator, format_checker, subschemas
 from salvagelane.core.records import CorrectionSignal, JSONValue
 from salvagelane.core.strict import describe, member_path
 from salvagelane.errors import SchemaError
@@ -62,6 +62,7 @@ class ItemSchema:
         """Check and compile ``schema``; ``resources`` are schemas it may ``$ref`` by ``$id``."""
         if not isinstance(schema, Mapping):
             raise SchemaError(f"{source}: a JSON Schema must be an object, got {describe(schema)}")
+        _refuse_unknown_dialects(schema, source)
         validator_class = jsonschema.validators.validator_for(
             schema, default=jsonschema.Draft202012Validator
         )
@@ -129,6 +130,26 @@ class ItemSchema:
 
 
 _ROOT_URI = "urn:salvagelane:schema-under-compilation"
+
+
+def _refuse_unknown_dialects(schema: Mapping[str, Any], source: str) -> None:
+    """A ``$schema`` must name a dialect known here: its meta-schema is never fetched.
+
+    Unrefused, both validators would read the schema as some default draft and ignore
+    the vocabularies its custom meta-schema declares.
+    """
+    for where, node in subschemas(schema):
+        dialect = node.get("$schema")
+        if not isinstance(dialect, str):
+            continue
+        try:
+            specification_with(dialect)
+        except UnknownDialect as exc:
+            raise SchemaError(
+                f"{source}: $schema {dialect!r} at {where or '/'} is not a JSON Schema dialect "
+                "salvagelane knows, and it never fetches a meta-schema: declare "
+                "'https://json-schema.org/draft/2020-12/schema'"
+            ) from exc
 
 
 def _registry(

@@ -144,18 +144,30 @@ def fast_validator(
     reason = reference_only_reason([schema, *(contents for _, contents in resources)])
     if reason:
         return None, reason
-    overrides: dict[str, Callable[[object], bool]] = dict.fromkeys(_FORMATS_NOT_CHECKED, _accept)
     try:
-        registry = jsonschema_rs.Registry(list(resources)) if resources else None
-        validator = jsonschema_rs.validator_for(
-            schema,
-            formats=overrides,
-            validate_formats=True,
-            ignore_unknown_formats=True,
-            registry=registry,
-            offline=True,
-        )
+        validator = compile_fast(schema, resources)
     except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as exc:
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return None, f"jsonschema-rs cannot compile it: {first_line}"
     return validator, ""
+
+
+def compile_fast(
+    schema: Mapping[str, Any], resources: Sequence[tuple[str, Mapping[str, Any]]] = ()
+) -> Any:
+    """jsonschema-rs configured as salvagelane uses it, whatever the routing would say.
+
+    Offline (a ``$ref`` outside the bundle is an error, never a fetch), formats asserted
+    for the same set as the reference, unknown formats ignored. Raises what jsonschema-rs
+    raises for a schema it cannot compile.
+    """
+    overrides: dict[str, Callable[[object], bool]] = dict.fromkeys(_FORMATS_NOT_CHECKED, _accept)
+    registry = jsonschema_rs.Registry(list(resources)) if resources else None
+    return jsonschema_rs.validator_for(
+        schema,
+        formats=overrides,
+        validate_formats=True,
+        ignore_unknown_formats=True,
+        registry=registry,
+        offline=True,
+    )
