@@ -22,8 +22,8 @@ import referencing.exceptions
 from referencing.jsonschema import DRAFT202012, UnknownDialect, specification_with
 
 from salvagelane.core.canonical import canonical_sha256
-from salvagelane.core.schema_routing import fast_validator, format_checker, subschemas
 from salvagelane.core.records import CorrectionSignal, JSONValue
+from salvagelane.core.schema_routing import fast_validator, format_checker, subschemas
 from salvagelane.core.strict import describe, member_path
 from salvagelane.errors import SchemaError
 

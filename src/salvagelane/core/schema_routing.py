@@ -162,9 +162,10 @@ def compile_fast(
     raises for a schema it cannot compile.
     """
     overrides: dict[str, Callable[[object], bool]] = dict.fromkeys(_FORMATS_NOT_CHECKED, _accept)
-    registry = jsonschema_rs.Registry(list(resources)) if resources else None
+    bundle = [(uri, dict(contents)) for uri, contents in resources]
+    registry = jsonschema_rs.Registry(bundle) if bundle else None
     return jsonschema_rs.validator_for(
-        schema,
+        dict(schema),
         formats=overrides,
         validate_formats=True,
         ignore_unknown_formats=True,
