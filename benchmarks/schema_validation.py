@@ -34,6 +34,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+# The items come from the throughput benchmark's generator, a sibling script: the same
+# seeded documents, so the two benchmarks' figures describe the same items.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from salvage_throughput import (
