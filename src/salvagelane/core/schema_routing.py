@@ -50,15 +50,13 @@ _DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 
 # Keywords whose meaning differs between the two validators, with the reason shown to
 # whoever asks why a schema is validated by jsonschema alone.
+_TWO_REGEX_DIALECTS = (
+    "its regular expressions are read two ways: Python's re by jsonschema, ECMA-262 "
+    "by jsonschema-rs ($ before a final newline, \\d \\w \\s on non-ASCII text)"
+)
 REFERENCE_ONLY_KEYWORDS: Mapping[str, str] = {
-    "pattern": (
-        "its regular expressions are read two ways: Python's re by jsonschema, ECMA-262 "
-        "by jsonschema-rs ($ before a final newline, \\d \\w \\s on non-ASCII text)"
-    ),
-    "patternProperties": (
-        "its regular expressions are read two ways: Python's re by jsonschema, ECMA-262 "
-        "by jsonschema-rs ($ before a final newline, \\d \\w \\s on non-ASCII text)"
-    ),
+    "pattern": _TWO_REGEX_DIALECTS,
+    "patternProperties": _TWO_REGEX_DIALECTS,
     "dependencies": (
         "it uses the draft-07 keyword dependencies, which jsonschema ignores in a "
         "draft 2020-12 schema and jsonschema-rs enforces"
