@@ -135,6 +135,51 @@ def test_an_unknown_dialect_is_refused_at_load() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("schema", "pointer"),
+    [
+        pytest.param({"$ref": "#", "type": "object"}, "/$ref", id="root-refers-to-itself"),
+        pytest.param(
+            {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}},
+            "/$defs/a/$ref",
+            id="defs-refers-to-itself",
+        ),
+        pytest.param({"allOf": [{"$ref": "#"}]}, "/allOf/0/$ref", id="through-all-of"),
+        pytest.param(
+            {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"not": {"$ref": "#/$defs/a"}}}},
+            "/$defs/",
+            id="two-defs-through-not",
+        ),
+    ],
+)
+def test_a_ref_loop_at_one_place_in_the_item_is_refused_at_load(
+    schema: dict[str, Any], pointer: str
+) -> None:
+    """jsonschema would raise RecursionError on every item, jsonschema-rs accept them all."""
+    with pytest.raises(SchemaError) as info:
+        ItemSchema.compile(schema, source="s.json")
+    message = str(info.value)
+    assert message.startswith(f"s.json: $ref at {pointer}")
+    assert "leads back to where it started without going into the item" in message
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        pytest.param({"properties": {"child": {"$ref": "#"}}}, id="through-properties"),
+        pytest.param({"items": {"$ref": "#"}}, id="through-items"),
+        pytest.param(
+            {"$defs": {"a": {"type": "integer"}}, "allOf": [{"$ref": "#/$defs/a"}]},
+            id="no-loop",
+        ),
+    ],
+)
+def test_a_recursive_schema_that_goes_into_the_item_is_fine(schema: dict[str, Any]) -> None:
+    compiled = ItemSchema.compile(schema)
+    nested: Any = {"child": {"child": {}}} if "properties" in schema else [[[]]]
+    assert (compiled.check(nested) is None) == (compiled.explain(nested) is None)
+
+
 # ----------------------------------------------------------------------------- formats
 
 

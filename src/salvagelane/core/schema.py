@@ -179,10 +179,13 @@ def _registry(
     root_uri = root.id() or _ROOT_URI
     registry = registry.with_resource(uri=root_uri, resource=root).crawl()
     documents.append((root_uri, schema))
+    refs: dict[int, list[tuple[Any, str]]] = {}
     for base, contents in documents:
-        for pointer, ref, scope in _iter_refs(contents, base):
+        for pointer, ref, scope, node in _iter_refs(contents, base):
             try:
-                registry.resolver(base_uri=scope).lookup(ref)
+                target = registry.resolver(base_uri=scope).lookup(ref).contents
+                if pointer.endswith("/$ref"):
+                    refs.setdefault(id(node), []).append((target, pointer))
             except referencing.exceptions.Unresolvable as exc:
                 hint = (
                     "it points to nothing in the schema"
@@ -194,11 +197,71 @@ def _registry(
                 raise SchemaError(
                     f"{source}: $ref {ref!r} at {where} cannot be resolved; {hint}"
                 ) from exc
+    looping = _endless_ref(documents, refs)
+    if looping:
+        raise SchemaError(
+            f"{source}: $ref at {looping} leads back to where it started without going "
+            "into the item: checking any item against it would never end"
+        )
     return registry, bundled
 
 
-def _iter_refs(schema: Any, base: str) -> Iterator[tuple[str, str, str]]:
-    """Every ``$ref`` with its JSON pointer and the base URI it resolves against."""
+_IN_PLACE_ONE = ("not", "if", "then", "else")
+_IN_PLACE_MANY = ("allOf", "anyOf", "oneOf")
+
+
+def _endless_ref(
+    documents: Iterable[tuple[str, Mapping[str, Any]]],
+    refs: Mapping[int, list[tuple[Any, str]]],
+) -> str:
+    """The pointer of a ``$ref`` that closes a loop at one place in the instance, or "".
+
+    ``$ref``, ``allOf``, ``not``... apply a subschema to the same value, so a cycle of
+    them alone never ends (``jsonschema`` raises RecursionError mid-run, jsonschema-rs
+    says "valid"). A cycle through ``properties`` or ``items`` ends with the item.
+    """
+
+    def in_place(node: Any) -> Iterator[tuple[Any, str]]:
+        if not isinstance(node, Mapping):
+            return
+        yield from refs.get(id(node), ())
+        for key in _IN_PLACE_ONE:
+            if isinstance(node.get(key), Mapping):
+                yield node[key], ""
+        for key in _IN_PLACE_MANY:
+            if isinstance(node.get(key), list):
+                yield from ((sub, "") for sub in node[key])
+        if isinstance(node.get("dependentSchemas"), Mapping):
+            yield from ((sub, "") for sub in node["dependentSchemas"].values())
+
+    done: set[int] = set()
+    for _, contents in documents:
+        for _, start in subschemas(contents):
+            if id(start) in done:
+                continue
+            # Depth-first, iteratively: ``on_path`` holds the schemas being expanded.
+            on_path: dict[int, str] = {id(start): ""}
+            stack: list[tuple[Any, Iterator[tuple[Any, str]]]] = [(start, in_place(start))]
+            while stack:
+                _, successors = stack[-1]
+                step = next(successors, None)
+                if step is None:
+                    node, _ = stack.pop()
+                    on_path.pop(id(node), None)
+                    done.add(id(node))
+                    continue
+                target, via = step
+                if id(target) in on_path:
+                    return via or "/"
+                if id(target) not in done and isinstance(target, Mapping):
+                    on_path[id(target)] = via
+                    stack.append((target, in_place(target)))
+    return ""
+
+
+def _iter_refs(schema: Any, base: str) -> Iterator[tuple[str, str, str, Mapping[str, Any]]]:
+    """Every ``$ref`` with its JSON pointer, the base URI it resolves against, and the
+    schema that holds it."""
     stack: list[tuple[str, Any, str]] = [("", schema, base)]
     while stack:
         pointer, node, scope = stack.pop()
@@ -208,7 +271,7 @@ def _iter_refs(schema: Any, base: str) -> Iterator[tuple[str, str, str]]:
                 scope = urljoin(scope, node_id)
             for key, value in node.items():
                 if key in ("$ref", "$dynamicRef") and isinstance(value, str):
-                    yield f"{pointer}/{key}", value, scope
+                    yield f"{pointer}/{key}", value, scope, node
                 elif key not in ("const", "enum", "examples", "default"):
                     stack.append((f"{pointer}/{key}", value, scope))
         elif isinstance(node, list):
