@@ -180,6 +180,15 @@ def test_a_recursive_schema_that_goes_into_the_item_is_fine(schema: dict[str, An
     assert (compiled.check(nested) is None) == (compiled.explain(nested) is None)
 
 
+def test_an_unknown_dialect_in_a_bundled_schema_is_refused_at_load() -> None:
+    resource = {"$id": "urn:example:part", "$schema": "https://example.com/my-meta"}
+    with pytest.raises(SchemaError) as info:
+        ItemSchema.compile({"$ref": "urn:example:part"}, source="s.json", resources=[resource])
+    assert str(info.value).startswith(
+        "s.json: bundled schema #1: $schema 'https://example.com/my-meta' at / is not"
+    )
+
+
 # ----------------------------------------------------------------------------- formats
 
 

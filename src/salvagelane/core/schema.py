@@ -168,6 +168,7 @@ def _registry(
     for index, contents in enumerate(resources):
         if not isinstance(contents, Mapping):
             raise SchemaError(f"{source}: bundled schema #{index + 1} is not an object")
+        _refuse_unknown_dialects(contents, f"{source}: bundled schema #{index + 1}")
         resource = referencing.Resource.from_contents(contents, default_specification=DRAFT202012)
         uri = resource.id()
         if not uri:
