@@ -13,6 +13,8 @@ from typing import Any
 import jsonschema
 import jsonschema_rs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from salvagelane.core.schema import ItemSchema
 from salvagelane.core.schema_routing import (
@@ -280,3 +282,74 @@ def test_an_unexplained_rejection_falls_back_to_the_references_verdict() -> None
     wrong = dataclasses.replace(compiled, fast=_RejectsEverything())
     assert wrong.check({}) is None  # the reference finds nothing wrong: accepted
     assert wrong.check([]) == compiled.check([])
+
+
+# ------------------------------------------------- agreement on generated items
+
+
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _near_triage_items() -> st.SearchStrategy[dict[str, Any]]:
+    """Valid items with one or two fields replaced by anything: near the boundary."""
+    fields = ["rank", "candidate", "action", "why", "confidence", "wsjf", "extra"]
+    wsjf = ["business_value", "time_criticality", "risk_reduction", "job_size", "score"]
+
+    def damage(changes: list[tuple[str, Any]], drop: str | None) -> dict[str, Any]:
+        item = triage_item()
+        for name, value in changes:
+            if name in wsjf and isinstance(item["wsjf"], dict):
+                item["wsjf"][name] = value
+            else:
+                item[name] = value
+        item.pop(drop or "", None)
+        return item
+
+    return st.builds(
+        damage,
+        st.lists(st.tuples(st.sampled_from(fields + wsjf), _values | _scalars), max_size=2),
+        st.none() | st.sampled_from(fields),
+    )
+
+
+_TRIAGE = ItemSchema.compile(triage_item_schema_dict())
+_FORMATS = ItemSchema.compile(
+    {
+        "type": "object",
+        "properties": {name: {"format": name} for name in FORMATS_CHECKED},
+        "additionalProperties": {"type": ["integer", "string"], "minLength": 2, "maximum": 9},
+    }
+)
+
+
+@settings(max_examples=400)
+@given(_near_triage_items())
+def test_the_validators_agree_on_items_near_the_triage_schema(item: dict[str, Any]) -> None:
+    assert _TRIAGE.fast is not None
+    assert _TRIAGE.fast.is_valid(item) == (_TRIAGE.explain(item) is None)
+
+
+@settings(max_examples=300)
+@given(
+    st.dictionaries(
+        st.sampled_from([*FORMATS_CHECKED, "other"]),
+        st.text(alphabet="0123456789-:.TZ@a/#{}[]~%\n ", max_size=24) | _scalars,
+        max_size=4,
+    )
+)
+def test_the_validators_agree_on_formats_and_bounds(item: dict[str, Any]) -> None:
+    assert _FORMATS.fast is not None
+    assert _FORMATS.fast.is_valid(item) == (_FORMATS.explain(item) is None)
