@@ -269,6 +269,21 @@ def test_the_layer_passes_every_required_test(name: str) -> None:
     assert failures == []
 
 
+@pytest.mark.parametrize("name", [f for f in FILES if not f.startswith("optional/")])
+def test_each_validator_alone_passes_every_required_test(name: str) -> None:
+    """Both validators, as salvagelane configures them, whatever the routing would say."""
+    kept = [
+        v
+        for v in file_run(name).verdicts
+        if not (name == "format.json" and ANNOTATION_ONLY in v.test)
+    ]
+    assert [_show(v) for v in kept if v.reference != v.expected] == []
+    assert [_show(v) for v in kept if isinstance(v.raw_fast, str)] == []
+    assert [
+        _show(v) for v in kept if isinstance(v.raw_fast, bool) and v.raw_fast != v.expected
+    ] == []
+
+
 def test_formats_are_asserted_where_the_suite_says_annotation_only() -> None:
     """The one deliberate deviation from the required tests, exactly as wide as claimed."""
     deviations = {

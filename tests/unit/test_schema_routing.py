@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from salvagelane.core import schema_routing
 from salvagelane.core.schema import ItemSchema
 from salvagelane.core.schema_routing import (
     FORMATS_CHECKED,
@@ -95,6 +96,22 @@ def test_other_schemas_get_the_fast_validator(schema: dict[str, Any]) -> None:
     compiled = ItemSchema.compile(schema)
     assert compiled.reference_only == ""
     assert compiled.fast is not None
+
+
+def test_a_schema_jsonschema_rs_cannot_compile_is_validated_by_jsonschema_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No schema in the suite reaches this branch today; a future jsonschema-rs may."""
+
+    def refuse(schema: Any, resources: Any = ()) -> Any:
+        raise jsonschema_rs.ReferencingError("unsupported here\nmore lines")
+
+    monkeypatch.setattr(schema_routing, "compile_fast", refuse)
+    compiled = ItemSchema.compile({"type": "object"})
+    assert compiled.fast is None
+    assert compiled.reference_only == "jsonschema-rs cannot compile it: unsupported here"
+    assert compiled.check({}) is None
+    assert compiled.check([]) is not None
 
 
 def test_a_bundled_resource_is_routed_by_its_own_keywords() -> None:
