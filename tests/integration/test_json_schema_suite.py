@@ -15,8 +15,9 @@ expression Python can compile. For every other case this module proves, test by 
 - jsonschema-rs and jsonschema agree wherever salvagelane lets jsonschema-rs decide;
 - every test on which the raw validators disagree belongs to a schema that salvagelane
   routes to jsonschema alone at load time (``ItemSchema.reference_only``);
-- the layer passes every required test (but the annotation-only format tests, below)
-  and every format test of every format it checks (``FORMATS_CHECKED``).
+- the layer, and each validator alone, pass every required test (but the
+  annotation-only format tests, below), and the layer passes every format test of
+  every format it checks (``FORMATS_CHECKED``).
 """
 
 from __future__ import annotations
