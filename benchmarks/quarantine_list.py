@@ -24,19 +24,20 @@ import random
 import secrets
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
 
+# The checkout's src/ and its root: the scratch database comes from the tests' support.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from tests.support.postgres import scratch_database
+
 from salvagelane.store import QuarantineFilter, Store, upgrade
-from salvagelane.store.models import AttemptRow as Attempt
-from salvagelane.store.models import QuarantinedItemRow as QuarantinedItem
-from salvagelane.store.models import RunRow as Run
+from salvagelane.store.models import AttemptRow, QuarantinedItemRow, RunRow
 
 INSTRUCTIONS = ("daily-triage", "weekly-digest", "incident-summary", "release-notes", "sla-audit")
 REASONS = ("truncated", "malformed", "schema", "allow_list", "over_limit", "too_long")
@@ -99,10 +100,10 @@ def fill(url: str, rows: int, seed: int) -> None:
                 }
             )
     with engine.begin() as connection:
-        connection.execute(sa.insert(Run), runs)
-        connection.execute(sa.insert(Attempt), attempts)
+        connection.execute(sa.insert(RunRow), runs)
+        connection.execute(sa.insert(AttemptRow), attempts)
         for start in range(0, len(items), 10_000):
-            connection.execute(sa.insert(QuarantinedItem), items[start : start + 10_000])
+            connection.execute(sa.insert(QuarantinedItemRow), items[start : start + 10_000])
         connection.exec_driver_sql("ANALYZE")
     engine.dispose()
 
@@ -116,8 +117,8 @@ def best_of(repeat: int, call: Callable[[], object]) -> float:
     return min(timings)
 
 
-def common_options(parser: argparse.ArgumentParser) -> None:
-    """The options every benchmark on this database takes."""
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--server",
         default=os.environ.get(
@@ -127,45 +128,13 @@ def common_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--seed", type=int, default=20261121)
-
-
-@contextmanager
-def scratch_database(server_url: str, *, keep: bool = False) -> Iterator[str]:
-    """A new, empty database on ``server_url``'s server, migrated to head; dropped on the
-    way out unless ``keep``."""
-    server = sa.make_url(server_url).set(drivername="postgresql+psycopg")
-    name = f"salvagelane_bench_{secrets.token_hex(4)}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    url = server.set(database=name).render_as_string(hide_password=False)
-    try:
-        upgrade(url)
-        yield url
-    finally:
-        if keep:
-            print(f"kept: {url}")
-        else:
-            with admin.connect() as connection:
-                connection.execute(
-                    sa.text(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE datname = :name AND pid <> pg_backend_pid()"
-                    ),
-                    {"name": name},
-                )
-                connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}"')
-        admin.dispose()
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    common_options(parser)
     parser.add_argument("--quick", action="store_true", help="3 repetitions, no plans")
+    parser.add_argument("--seed", type=int, default=20261121)
     args = parser.parse_args()
     repeat = 3 if args.quick else args.repeat
-    with scratch_database(args.server) as url:
+
+    with scratch_database(args.server, "salvagelane_bench") as url:
+        upgrade(url)
         began = time.perf_counter()
         fill(url, args.rows, args.seed)
         print(f"filled {args.rows:,} quarantined items in {time.perf_counter() - began:.1f} s")
@@ -205,10 +174,10 @@ def run_queries(url: str, repeat: int, *, plans: bool) -> None:
         engine.dispose()
 
 
-def _statement(where: QuarantineFilter) -> sa.Select[tuple[QuarantinedItem]]:
+def _statement(where: QuarantineFilter) -> sa.Select[tuple[QuarantinedItemRow]]:
     from salvagelane.store.review import _matching
 
-    return _matching(where).add_columns(Attempt.number)
+    return _matching(where).add_columns(AttemptRow.number)
 
 
 def without_index_scans(engine: sa.Engine, where: QuarantineFilter) -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what mypy and editors see; at run time __getattr__ imports on demand
     from salvagelane.core import (
         AcceptedItem,
+        AcceptRepairs,
         Coercion,
         CorrectionSignal,
         EnvelopeIssue,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:  # what mypy and editors see; at run time __getattr__ imports 
         ItemsPath,
         QuarantinedItem,
         Reason,
+        Repair,
         SalvagePolicy,
         SalvageResult,
         Span,
@@ -62,6 +64,8 @@ _EXPORTS: dict[str, str] = {
     "Reason": "salvagelane.core",
     "CorrectionSignal": "salvagelane.core",
     "Coercion": "salvagelane.core",
+    "AcceptRepairs": "salvagelane.core",
+    "Repair": "salvagelane.core",
     "EnvelopeIssue": "salvagelane.core",
     "Span": "salvagelane.core",
     # Reading a schema or an allow-list from a file.
@@ -78,6 +82,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "AcceptRepairs",
     "AcceptedItem",
     "AllowListError",
     "Coercion",
@@ -91,6 +96,7 @@ __all__ = [
     "ItemsPathError",
     "QuarantinedItem",
     "Reason",
+    "Repair",
     "SalvagePolicy",
     "SalvageResult",
     "SalvagelaneError",

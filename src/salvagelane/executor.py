@@ -577,6 +577,7 @@ class Executor:
                     span_end=item.span.end,
                     coercions=[c.to_json() for c in item.coercions] or None,
                     origin=ItemOrigin.MODEL,
+                    repairs=[r.to_json() for r in item.repairs] or None,
                 )
                 for item in result.items
             ],

@@ -24,13 +24,17 @@ from salvagelane.errors import (
 def load_json_file(path: Path, *, what: str, error: type[SalvagelaneError] = SchemaError) -> Any:
     """The JSON document in ``path`` (UTF-8); ``error`` naming ``what`` and the file when it
     cannot be read or parsed."""
+    text = _read_text(path, what=what, error=error)
+    return parse_json_text(text, what=what, shown=str(path), error=error)
+
+
+def _read_text(path: Path, *, what: str, error: type[SalvagelaneError]) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise error(f"{what} {path}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise error(f"{what} {path}: not UTF-8 text: {not_utf8(exc)}") from exc
-    return parse_json_text(text, what=what, shown=str(path), error=error)
 
 
 def parse_json_text(
@@ -57,12 +61,7 @@ def load_item_schema(path: Path, *, resources: Iterable[Path] = ()) -> ItemSchem
 
 def load_allow_list(path: Path) -> frozenset[str]:
     """One allowed value per line; blank lines and lines starting with ``#`` are skipped."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise AllowListError(f"allow-list {path}: cannot read: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise AllowListError(f"allow-list {path}: not UTF-8 text: {not_utf8(exc)}") from exc
+    text = _read_text(path, what="allow-list", error=AllowListError)
     return allow_list_values(text, shown=str(path))
 
 

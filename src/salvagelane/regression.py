@@ -18,8 +18,9 @@ A fixture is a directory holding:
 ``expected.json``
     The outcome salvage must give (see :mod:`salvagelane.core.outcome`): ``format``,
     ``status``, ``envelope_keys``, the accepted ``items`` in report order (source
-    ``index``, ``sha256`` of the data's canonical JSON, and the ``data``) and the
-    ``quarantined`` candidates in order (source ``index``, ``reason``).
+    ``index``, ``sha256`` of the data's canonical JSON, the ``data``, and ``repairs``
+    for an item accepted after a lossless repair) and the ``quarantined`` candidates in
+    order (source ``index``, ``reason``).
 ``definition.json``
     The definition the run was made with, as the store kept it
     (:class:`salvagelane.definitions.DefinitionSnapshot`: its YAML text and the files
@@ -73,6 +74,7 @@ from salvagelane.core.outcome import (
     QuarantineOutcome,
     compare,
     outcome_of,
+    repairs_from_json,
 )
 from salvagelane.errors import (
     DefinitionError,
@@ -661,18 +663,13 @@ def _stored_definition(store: Store, run_id: str, instruction_id: str) -> dict[s
 
 def _chosen_attempt(detail: RunDetail, number: int | None) -> AttemptView:
     if number is not None:
-        for attempt in detail.attempts:
-            if attempt.number == number:
-                if attempt.raw_output is None:
-                    raise InputError(
-                        f"run {detail.id}: attempt {number} has no raw output to capture "
-                        f"(the call failed: {attempt.provider_error or 'no answer'})"
-                    )
-                return attempt
-        numbers = ", ".join(str(a.number) for a in detail.attempts) or "none"
-        raise NotFoundError(
-            f"run {detail.id}: no attempt {number}: expected one of its attempts ({numbers})"
-        )
+        attempt = detail.attempt(number)
+        if attempt.raw_output is None:
+            raise InputError(
+                f"run {detail.id}: attempt {number} has no raw output to capture "
+                f"(the call failed: {attempt.provider_error or 'no answer'})"
+            )
+        return attempt
     with_raw = [a for a in detail.attempts if a.raw_output is not None]
     best = next((a for a in with_raw if a.id == detail.best_attempt_id), None)
     if best is None and detail.report is not None:
@@ -697,7 +694,12 @@ def _stored_outcome(detail: RunDetail, attempt: AttemptView) -> Outcome | None:
     if report is None or report.attempt_id != attempt.id or not isinstance(status, str):
         return None
     items = tuple(
-        ItemOutcome(index=item.source_index, sha256=canonical_sha256(item.data), data=item.data)
+        ItemOutcome(
+            index=item.source_index,
+            sha256=canonical_sha256(item.data),
+            data=item.data,
+            repairs=repairs_from_json(item.repairs or [], f"report item {item.position}"),
+        )
         for item in sorted(report.items, key=lambda item: item.position)
         if item.origin == ItemOrigin.MODEL and item.source_index is not None
     )

@@ -169,6 +169,7 @@ def approve_quarantined(
             span_end=None,
             coercions=[c.to_json() for c in verdict.coercions] or None,
             origin=ItemOrigin.OPERATOR,
+            repairs=[r.to_json() for r in verdict.repairs] or None,
         ),
         expected_items=detail.report_items,
         actor=actor,

@@ -1,8 +1,9 @@
 """The executor against a real database (SQLite and PostgreSQL) and the real connectors.
 
-Model answers come from the replay fixture or from the OpenAI-compatible connector over
-``httpx.MockTransport`` scripted per attempt, so retries, budgets and correction prompts
-are asserted on the requests the connector really sent.
+Model answers come from the replay fixture or from the OpenAI-compatible connector calling
+the shared scripted provider (a real server on 127.0.0.1, one reply per attempt), so
+retries, budgets and correction prompts are asserted on the requests the connector really
+sent over HTTP.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,14 +27,15 @@ from salvagelane.definitions import Instruction
 from salvagelane.errors import DuplicateFireError, StoreError
 from salvagelane.executor import Executor, deliver_report
 from salvagelane.sinks import build_sinks
-from salvagelane.store import Store
+from salvagelane.store import RunDetail, Store
 from salvagelane.vocabulary import Trigger
 from tests.support.cli import FIXTURE
-from tests.support.provider import Scripted, ScriptedServer
+from tests.support.provider import Recorded, Scripted, ScriptedServer
 from tests.support.run_setup import (
     COMPLETE,
+    JSON_HEADERS,
     Project,
-    chat_completion,
+    chat_answer,
     items,
     openai_connector_for,
     provider,
@@ -59,41 +60,29 @@ def report(items: list[dict[str, Any]], summary: str = "Two things matter today.
     return json.dumps({"summary": summary, "recommendations": items}, indent=2)
 
 
-@dataclass
-class Provider:
-    """Chat-completions answers, one per request, recording what was asked."""
-
-    answers: list[tuple[int, dict[str, Any]]]
-    requests: list[dict[str, Any]] = field(default_factory=list)
-
-    def handler(self, request: httpx.Request) -> httpx.Response:
-        assert request.headers["authorization"] == f"Bearer {SECRET}"
-        self.requests.append(json.loads(request.content))
-        status, body = self.answers.pop(0)
-        return httpx.Response(status, json=body)
-
-    def connector_for(self, client: httpx.Client) -> Callable[[Instruction], Connector]:
-        return openai_connector_for(
-            client, "https://llm.test/v1", key=SECRET, sleep=lambda seconds: None, max_attempts=1
-        )
+def chat(content: str, finish: str = "stop") -> Scripted:
+    return chat_answer(content, finish=finish)
 
 
-def chat(content: str, finish: str = "stop") -> tuple[int, dict[str, Any]]:
-    return 200, chat_completion(content, finish=finish)
+def answer(status: int, body: dict[str, Any]) -> Scripted:
+    return Scripted(status=status, body=body, headers=JSON_HEADERS)
 
 
 @pytest.fixture
-def client_for() -> Iterator[Callable[[Provider], httpx.Client]]:
-    clients: list[httpx.Client] = []
+def connector_for(provider: ScriptedServer) -> Iterator[Callable[[Instruction], Connector]]:
+    """The definition's OpenAI-compatible connector, calling the scripted ``provider`` once
+    per attempt with the test key; every request it sent must have carried that key."""
+    with httpx.Client() as client:
+        yield openai_connector_for(
+            client, provider.base_url, key=SECRET, sleep=lambda seconds: None, max_attempts=1
+        )
+    assert all(r.headers["authorization"] == f"Bearer {SECRET}" for r in provider.requests)
 
-    def make(provider: Provider) -> httpx.Client:
-        client = httpx.Client(transport=httpx.MockTransport(provider.handler))
-        clients.append(client)
-        return client
 
-    yield make
-    for client in clients:
-        client.close()
+def asked(provider: ScriptedServer, attempt: int) -> str:
+    """The user message of the ``attempt``-th request (0-based) the provider got."""
+    content: str = provider.requests[attempt].body["messages"][1]["content"]
+    return content
 
 
 # --- the main job ------------------------------------------------------------------------------
@@ -152,21 +141,24 @@ def test_two_runs_are_two_rows(project: Project, store: Store) -> None:
 
 
 def test_nothing_salvaged_is_retried_with_a_correction_and_the_better_attempt_wins(
-    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project,
+    store: Store,
+    provider: ScriptedServer,
+    connector_for: Callable[[Instruction], Connector],
 ) -> None:
     instruction = project.instruction()
     broken = items(3)
     broken[0]["candidate"] = "made-up-workstream"
     broken[1]["confidence"] = "very"
     broken[2].pop("why")
-    provider = Provider([chat(report(broken)), chat(report(items(3)))])
-    executor = Executor(store, connector_for=provider.connector_for(client_for(provider)))
+    provider.script.extend([chat(report(broken)), chat(report(items(3)))])
+    executor = Executor(store, connector_for=connector_for)
 
     outcome = executor.run(instruction)
 
     assert (outcome.status, outcome.kept, outcome.attempts, outcome.best_attempt) == ("ok", 3, 2, 2)
-    correction = provider.requests[1]["messages"][1]["content"]
-    original = provider.requests[0]["messages"][1]["content"]
+    correction = asked(provider, 1)
+    original = asked(provider, 0)
     assert correction.startswith(original.rstrip())
     assert "item 0, allow_list at $.candidate" in correction
     assert "item 1, schema at $.confidence: expected" in correction
@@ -184,7 +176,10 @@ def test_nothing_salvaged_is_retried_with_a_correction_and_the_better_attempt_wi
 
 
 def test_truncation_grows_the_token_budget_up_to_the_ceiling(
-    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project,
+    store: Store,
+    provider: ScriptedServer,
+    connector_for: Callable[[Instruction], Connector],
 ) -> None:
     instruction = project.instruction(
         **{
@@ -193,12 +188,10 @@ def test_truncation_grows_the_token_budget_up_to_the_ceiling(
         },
     )
     cut = report(items(5))[:1500]
-    provider = Provider([chat(cut, "length"), chat(cut, "length"), chat(report(items(5)))])
-    outcome = Executor(store, connector_for=provider.connector_for(client_for(provider))).run(
-        instruction
-    )
-    assert [r["max_tokens"] for r in provider.requests] == [4096, 10000, 10000]
-    assert "It was cut off before it ended" in provider.requests[1]["messages"][1]["content"]
+    provider.script.extend([chat(cut, "length"), chat(cut, "length"), chat(report(items(5)))])
+    outcome = Executor(store, connector_for=connector_for).run(instruction)
+    assert [r.body["max_tokens"] for r in provider.requests] == [4096, 10000, 10000]
+    assert "It was cut off before it ended" in asked(provider, 1)
     assert (outcome.status, outcome.kept, outcome.best_attempt) == ("ok", 5, 3)
 
 
@@ -212,17 +205,18 @@ def test_a_truncated_report_that_filled_the_cap_is_not_retried(
 
 
 def test_a_refused_call_fails_the_run_with_the_error_and_no_report(
-    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project,
+    store: Store,
+    provider: ScriptedServer,
+    connector_for: Callable[[Instruction], Connector],
 ) -> None:
     instruction = project.instruction(
         **{"on: [nothing_salvaged, truncated]": "on: [provider_error]"}
     )
-    provider = Provider(
-        [(401, {"error": {"message": f"bad key {SECRET}", "code": "invalid_api_key"}})]
+    provider.script.append(
+        answer(401, {"error": {"message": f"bad key {SECRET}", "code": "invalid_api_key"}})
     )
-    outcome = Executor(store, connector_for=provider.connector_for(client_for(provider))).run(
-        instruction
-    )
+    outcome = Executor(store, connector_for=connector_for).run(instruction)
     assert outcome.status == "failed"
     assert outcome.error is not None
     assert "HTTP 401" in outcome.error
@@ -238,31 +232,33 @@ def test_a_refused_call_fails_the_run_with_the_error_and_no_report(
 
 
 def test_an_error_inside_a_successful_response_is_retried_when_asked(
-    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project,
+    store: Store,
+    provider: ScriptedServer,
+    connector_for: Callable[[Instruction], Connector],
 ) -> None:
     instruction = project.instruction(
         **{"on: [nothing_salvaged, truncated]": "on: [provider_error]"}
     )
-    upstream = (200, {"error": {"message": "upstream model crashed", "code": 502}})
-    provider = Provider([upstream, chat(report(items(2)))])
-    outcome = Executor(store, connector_for=provider.connector_for(client_for(provider))).run(
-        instruction
-    )
+    upstream = answer(200, {"error": {"message": "upstream model crashed", "code": 502}})
+    provider.script.extend([upstream, chat(report(items(2)))])
+    outcome = Executor(store, connector_for=connector_for).run(instruction)
     assert (outcome.status, outcome.attempts, outcome.best_attempt) == ("ok", 2, 2)
-    assert "upstream model crashed" in provider.requests[1]["messages"][1]["content"]
+    assert "upstream model crashed" in asked(provider, 1)
 
 
 def test_output_with_no_usable_item_fails_the_run_but_keeps_every_reject(
-    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project,
+    store: Store,
+    provider: ScriptedServer,
+    connector_for: Callable[[Instruction], Connector],
 ) -> None:
     instruction = project.instruction(**{"attempts: 2\n": "attempts: 1\n"})
     bad = items(2)
     for item in bad:
         item["candidate"] = "not-a-workstream"
-    provider = Provider([chat(report(bad))])
-    outcome = Executor(store, connector_for=provider.connector_for(client_for(provider))).run(
-        instruction
-    )
+    provider.script.extend([chat(report(bad))])
+    outcome = Executor(store, connector_for=connector_for).run(instruction)
     assert outcome.status == "failed"
     assert outcome.error == "nothing usable: all 2 candidate(s) quarantined (allow_list 2)"
     detail = store.get_run(outcome.run_id)
@@ -394,14 +390,15 @@ retry:
 
 
 def test_every_log_line_of_a_run_carries_its_id_and_no_secret(
-    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project,
+    store: Store,
+    provider: ScriptedServer,
+    connector_for: Callable[[Instruction], Connector],
 ) -> None:
     instruction = project.instruction()
-    provider = Provider([chat(report(items(2)))])
+    provider.script.extend([chat(report(items(2)))])
     with capture_logs(processors=[merge_contextvars]) as logs:
-        outcome = Executor(store, connector_for=provider.connector_for(client_for(provider))).run(
-            instruction
-        )
+        outcome = Executor(store, connector_for=connector_for).run(instruction)
     events = [entry["event"] for entry in logs]
     assert events[0] == "run.started"
     assert events[-1] == "run.finished"
@@ -426,43 +423,54 @@ def test_the_executors_triggers_are_the_ones_the_store_accepts(store: Store) -> 
 
 
 def test_a_run_beats_while_the_provider_is_slow(
-    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project,
+    store: Store,
+    provider: ScriptedServer,
+    connector_for: Callable[[Instruction], Connector],
 ) -> None:
     seen: list[tuple[Any, Any]] = []
 
-    class Slow(Provider):
-        def handler(self, request: httpx.Request) -> httpx.Response:
-            time.sleep(0.4)
-            (run,) = store.list_runs(limit=1)
+    def hold_until_beaten(request: Recorded) -> None:
+        # The reply waits for the run's heartbeat to move (or gives up after 30 s, and
+        # the assertion below fails): the executor must beat while a call is pending.
+        (run,) = store.list_runs(limit=1)
+        give_up = time.monotonic() + 30.0
+        detail = store.get_run(run.id)
+        while not _beaten(detail) and time.monotonic() < give_up:
+            time.sleep(0.02)
             detail = store.get_run(run.id)
-            seen.append((detail.started_at, detail.heartbeat_at))
-            return super().handler(request)
+        seen.append((detail.started_at, detail.heartbeat_at))
 
-    provider = Slow([chat(report(items(2)))])
-    executor = Executor(
-        store, connector_for=provider.connector_for(client_for(provider)), heartbeat_seconds=0.05
-    )
+    provider.on_request = hold_until_beaten
+    provider.script.append(chat(report(items(2))))
+    executor = Executor(store, connector_for=connector_for, heartbeat_seconds=0.05)
     outcome = executor.run(project.instruction())
     assert outcome.status == "ok"
     ((started_at, heartbeat_at),) = seen
     assert heartbeat_at > started_at  # beaten during the call, before any attempt was stored
 
 
+def _beaten(detail: RunDetail) -> bool:
+    return detail.heartbeat_at is not None and detail.heartbeat_at > detail.started_at
+
+
 def test_the_run_deadline_stops_asking_again_and_says_so(
-    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project,
+    store: Store,
+    provider: ScriptedServer,
+    connector_for: Callable[[Instruction], Connector],
 ) -> None:
     now = [1000.0]
 
-    class Late(Provider):
-        def handler(self, request: httpx.Request) -> httpx.Response:
-            now[0] += 31.0  # this call took 31 s of a 30 s deadline
-            return super().handler(request)
+    def late(request: Recorded) -> None:
+        now[0] += 31.0  # this call took 31 s of a 30 s deadline
 
     instruction = project.instruction(**{"deadline_seconds: 600": "deadline_seconds: 30"})
-    provider = Late([chat("I could not produce the report."), chat(report(items(2)))])
+    provider.on_request = late
+    provider.script.extend([chat("I could not produce the report."), chat(report(items(2)))])
     executor = Executor(
         store,
-        connector_for=provider.connector_for(client_for(provider)),
+        connector_for=connector_for,
         monotonic=lambda: now[0],
     )
     outcome = executor.run(instruction)
@@ -506,20 +514,21 @@ def test_a_hanging_provider_ends_the_run_failed_at_its_deadline(
 
 
 def test_a_scheduled_run_claims_its_fire_and_renders_the_fire_date(
-    project: Project, store: Store, client_for: Callable[[Provider], httpx.Client]
+    project: Project,
+    store: Store,
+    provider: ScriptedServer,
+    connector_for: Callable[[Instruction], Connector],
 ) -> None:
     fire = datetime(2031, 2, 3, 5, 20, tzinfo=UTC)  # not today, whenever the test runs
-    provider = Provider([chat(report(items(2)))])
+    provider.script.extend([chat(report(items(2)))])
     claimed: list[str] = []
-    executor = Executor(
-        store, connector_for=provider.connector_for(client_for(provider)), on_claimed=claimed.append
-    )
+    executor = Executor(store, connector_for=connector_for, on_claimed=claimed.append)
 
     outcome = executor.run(project.instruction(), trigger=Trigger.SCHEDULE, scheduled_for=fire)
 
     assert claimed == [outcome.run_id]
     (request,) = provider.requests
-    assert "Today is 2031-02-03." in request["messages"][-1]["content"]
+    assert "Today is 2031-02-03." in request.body["messages"][-1]["content"]
     detail = store.get_run(outcome.run_id)
     assert (detail.trigger, detail.scheduled_for, detail.fire_attempt) == ("schedule", fire, 1)
     with pytest.raises(DuplicateFireError):
@@ -535,7 +544,7 @@ def test_a_retry_of_an_interrupted_fire_is_its_second_fire_attempt(
     first = store.start_run(
         instruction_id="daily-triage",
         definition_sha256="d" * 64,
-        trigger="catch_up",
+        trigger=Trigger.CATCH_UP,
         scheduled_for=fire,
         now=fire,
     )

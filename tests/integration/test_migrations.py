@@ -47,7 +47,8 @@ def test_migration_environment_ships_inside_the_package() -> None:
     assert (MIGRATIONS_DIR / "versions" / "0003_fire_retries_and_schedules.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0005_outbox_and_bounded_output.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0006_definition_versions.py").is_file()
-    assert head_revision() == "0006"
+    assert (MIGRATIONS_DIR / "versions" / "0007_item_repairs.py").is_file()
+    assert head_revision() == "0007"
 
 
 def test_the_head_the_code_expects_is_alembic_head() -> None:
@@ -297,10 +298,50 @@ def test_downgrade_below_the_outbox_refuses_while_a_delivery_is_pending(database
     assert (delivery.status, delivery.attempts) == ("delivered", 1)
 
 
+def test_downgrade_below_item_repairs_refuses_while_a_repaired_item_exists(
+    database_url: str,
+) -> None:
+    upgrade(database_url)
+    with Store.open(database_url, auto_upgrade=False) as store:
+        run_id, _ = _seed_finished_run(store, scheduled_for=None, items=2, repaired=1)
+
+    # Without the column the repaired item would read as the model's own text.
+    with pytest.raises(RuntimeError, match="1 report item\\(s\\) were accepted with lossless"):
+        downgrade(database_url, "0006")
+
+    assert current_revision(database_url) == head_revision()
+    with Store.open(database_url, auto_upgrade=False) as store:
+        report = store.get_run(run_id).report
+        assert report is not None
+        assert [item.repairs for item in report.items] == [
+            [{"kind": "trailing_comma", "at": 2}],
+            None,
+        ]
+
+
+def test_downgrade_below_item_repairs_without_one_drops_the_column(database_url: str) -> None:
+    upgrade(database_url)
+    with Store.open(database_url, auto_upgrade=False) as store:
+        _seed_finished_run(store, scheduled_for=None, items=2)
+    downgrade(database_url, "0006")
+    assert current_revision(database_url) == "0006"
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            columns = {c["name"] for c in sa.inspect(connection).get_columns("report_items")}
+    finally:
+        engine.dispose()
+    assert "repairs" not in columns
+    assert "coercions" in columns
+    upgrade(database_url)
+    assert current_revision(database_url) == head_revision()
+
+
 def _seed_finished_run(
-    store: Store, *, scheduled_for: datetime | None, items: int
+    store: Store, *, scheduled_for: datetime | None, items: int, repaired: int = 0
 ) -> tuple[str, str]:
-    """A finished run with one attempt and a report: rows in the runs <-> attempts cycle."""
+    """A finished run with one attempt and a report: rows in the runs <-> attempts cycle;
+    its first ``repaired`` items were accepted with a lossless repair."""
     run_id = store.start_run(
         instruction_id="daily",
         definition_sha256="d" * 64,
@@ -335,7 +376,13 @@ def _seed_finished_run(
         finish_reason="stop",
         counts={"accepted": items},
         items=[
-            ReportItemRecord(source_index=n, data={}, span_start=1, span_end=3)
+            ReportItemRecord(
+                source_index=n,
+                data={},
+                span_start=1,
+                span_end=3,
+                repairs=[{"kind": "trailing_comma", "at": 2}] if n < repaired else None,
+            )
             for n in range(items)
         ],
     )

@@ -8,7 +8,6 @@ the fixture directory. Real processes, on SQLite and PostgreSQL.
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,49 +16,34 @@ import pytest
 import sqlalchemy as sa
 
 from salvagelane.store import current_revision, downgrade, head_revision, make_engine, upgrade
-from tests.support.cli import FIXTURE, ROOT, salvagelane, upgraded
+from tests.support import run_setup
+from tests.support.cli import FIXTURE, salvagelane, upgraded
 
 COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
 
 
 @dataclass(frozen=True)
-class Project:
+class Project(run_setup.Project):
     """A copy of the bundled definitions with a json_file sink, a recorded answer of three
     recommendations whose 2nd names a workstream the allow-list lacks ("panic-button"),
     and an empty working directory elsewhere."""
 
-    root: Path
     elsewhere: Path
-
-    @property
-    def instructions(self) -> Path:
-        return self.root / "instructions"
-
-    @property
-    def definition(self) -> Path:
-        return self.instructions / "daily-triage.yaml"
 
     @property
     def workstreams(self) -> Path:
         return self.instructions / "context" / "workstreams.yaml"
 
-    def edit(self, path: Path, old: str, new: str) -> None:
-        text = path.read_text(encoding="utf-8")
-        assert text.count(old) == 1, old
-        path.write_text(text.replace(old, new), encoding="utf-8")
-
 
 @pytest.fixture
 def project(tmp_path: Path) -> Project:
     root = tmp_path / "project"
-    shutil.copytree(ROOT / "instructions", root / "instructions")
-    shutil.copytree(ROOT / "schemas", root / "schemas")
-    made = Project(root=root, elsewhere=tmp_path / "elsewhere")
+    made = Project.create(root, elsewhere=tmp_path / "elsewhere")
     made.elsewhere.mkdir()
     sink = "\nsinks:\n  - kind: json_file\n    path: ../out/{run_id}.json\nretry:\n"
-    made.edit(made.definition, "\nretry:\n", sink)
+    made.replace_in(made.definition, "\nretry:\n", sink)
     # "panic-button" is a known workstream when the run is made.
-    made.edit(
+    made.replace_in(
         made.workstreams,
         "- id: web-dark-mode\n",
         "- id: panic-button\n  title: A big red button\n- id: web-dark-mode\n",
@@ -109,7 +93,7 @@ def test_approve_uses_the_runs_definition_from_anywhere_and_after_an_edit(
     assert len(outcome["definition_version"]) == 64
     # Today "panic-button" is dropped from the workstreams: the allow-list the run used
     # still holds it, and that is the one an approval answers to.
-    project.edit(project.workstreams, "- id: panic-button\n  title: A big red button\n", "")
+    project.replace_in(project.workstreams, "- id: panic-button\n  title: A big red button\n", "")
 
     current = approve(project, database, "--instructions", str(project.instructions),
                       "--use-current", "--json")  # fmt: skip
@@ -145,7 +129,7 @@ def test_runs_stored_before_definitions_were_kept_need_use_current(
     downgrade(database, "0005")
     assert current_revision(database) == "0005"
     upgrade(database)
-    assert current_revision(database) == head_revision() == "0006"
+    assert current_revision(database) == head_revision() == "0007"
     shown = json.loads(
         salvagelane("runs", "show", outcome["run_id"], "--json", database=database).stdout
     )
@@ -197,14 +181,14 @@ def test_redeliver_sends_to_the_runs_sinks_and_only_with_the_operators_word(
     assert not delivered.exists()
 
     # The prompt changed today, the sinks did not: the run's sinks, from anywhere.
-    project.edit(project.definition, "Today is {{ today }}.", "Today, {{ today }}, is here.")
+    project.replace_in(project.definition, "Today is {{ today }}.", "Today, {{ today }}, is here.")
     again = redeliver(*instructions)
     assert again.returncode == 0, again.stderr
     assert "note:" not in again.stderr
     assert json.loads(delivered.read_text(encoding="utf-8"))["run_id"] == run_id
 
     # The sink moved today: not the run's, so nothing is sent without --use-current.
-    project.edit(project.definition, "../out/{run_id}.json", "../moved/{run_id}.json")
+    project.replace_in(project.definition, "../out/{run_id}.json", "../moved/{run_id}.json")
     moved = project.root / "moved" / f"{run_id}.json"
     refused = redeliver(*instructions)
     assert refused.returncode == 2
@@ -226,7 +210,7 @@ def test_a_fire_time_off_the_schedule_is_refused_unless_forced(
     database_url: str, project: Project
 ) -> None:
     database = upgraded(database_url)
-    project.edit(
+    project.replace_in(
         project.definition,
         '  cron: "20 5 * * *"\n  timezone: UTC\n',
         '  cron: "20 5 * * *"\n  timezone: Europe/Berlin\n',
@@ -288,7 +272,7 @@ def test_connector_fixture_takes_the_fixture_directory(tmp_path: Path, project: 
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout)["kept"] == 2
 
-    project.edit(project.definition, "fixture: ../answer\n", "fixture: ../answer/raw.txt\n")
+    project.replace_in(project.definition, "fixture: ../answer\n", "fixture: ../answer/raw.txt\n")
     raw = salvagelane("check", cwd=project.root)
     assert raw.returncode == 1
     assert (
@@ -306,7 +290,7 @@ def test_the_stored_definition_holds_no_credential_and_still_loads(
     """A webhook URL's password and token never reach the database with the definition
     (ADR 0005); the stored copy still loads, and approves from anywhere."""
     password, token = "pw-9f3a7c1e55d0", "sig-41be0c7d2a96"
-    project.edit(
+    project.replace_in(
         project.definition,
         "    path: ../out/{run_id}.json\n",
         "    path: ../out/{run_id}.json\n  - kind: webhook\n"

@@ -30,6 +30,7 @@ from salvagelane.executor import Executor
 from salvagelane.store import Store, upgrade
 from salvagelane.store.spool import Imported, Spool, SpooledAttempt, recover
 from tests.support.cli import FIXTURE, ROOT, clean_env, command, salvagelane, upgraded
+from tests.support.full_database import cap_at_current_size
 from tests.support.provider import Scripted, ScriptedServer
 from tests.support.run_setup import (
     COMPLETE,
@@ -622,11 +623,11 @@ def test_when_the_spool_fails_too_the_error_says_both(tmp_path: Path) -> None:
     with Store.open(database) as store:
         engine = store._engine  # the test-only event needs the store's own engine
         engine.dispose()
-        sa.event.listen(engine, "connect", _cap_at_current_size)
+        sa.event.listen(engine, "connect", cap_at_current_size)
         executor = replay_executor(store, spool=Spool(blocker / "spool"))
         with pytest.raises(AttemptNotStoredError) as caught:
             executor.run(instruction)
-        sa.event.remove(engine, "connect", _cap_at_current_size)
+        sa.event.remove(engine, "connect", cap_at_current_size)
         engine.dispose()
         (run,) = store.list_runs()
         detail = store.get_run(run.id)
@@ -639,15 +640,6 @@ def test_when_the_spool_fails_too_the_error_says_both(tmp_path: Path) -> None:
     assert f"spooling its output failed too ({blocker / 'spool'}/{run.id}.1.spool: " in message
     assert message.endswith("): it is lost")
     assert (detail.status, detail.error, detail.attempts) == ("failed", message, [])
-
-
-def _cap_at_current_size(dbapi_connection: Any, connection_record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    try:
-        (pages,) = cursor.execute("PRAGMA page_count").fetchone()
-        cursor.execute(f"PRAGMA max_page_count = {int(pages)}")
-    finally:
-        cursor.close()
 
 
 def test_an_output_whose_run_row_vanished_is_spooled_too(store: Store, tmp_path: Path) -> None:

@@ -20,7 +20,14 @@ from salvagelane.cli import cli
 from salvagelane.cli.app import COMMANDS
 
 STORE_AND_NETWORK = frozenset({"sqlalchemy", "alembic", "psycopg", "httpx", "apscheduler"})
-EVERYTHING_HEAVY = STORE_AND_NETWORK | {"jsonschema", "jinja2", "yaml", "structlog", "tenacity"}
+EVERYTHING_HEAVY = STORE_AND_NETWORK | {
+    "jsonschema",
+    "jsonschema_rs",
+    "jinja2",
+    "yaml",
+    "structlog",
+    "tenacity",
+}
 
 PROBE = """
 import json, sys

@@ -10,15 +10,13 @@ empties it before each test, and drops it at the end. Without the variable the
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from salvagelane.store import database_url as normalise_url
-from tests.support.postgres import PostgresDatabase
+from tests.support.postgres import PostgresDatabase, scratch_database
 
 POSTGRES_ENV = "SALVAGELANE_TEST_POSTGRES_URL"
 
@@ -31,26 +29,8 @@ def postgres_database() -> Iterator[PostgresDatabase]:
             f"PostgreSQL tests are off: set {POSTGRES_ENV}="
             "postgresql://postgres@127.0.0.1:5432/test to run them"
         )
-    server_url = sa.make_url(normalise_url(server))
-    name = f"salvagelane_test_{os.getpid()}_{secrets.token_hex(4)}"
-    admin = sa.create_engine(server_url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        url = server_url.set(database=name).render_as_string(hide_password=False)
+    with scratch_database(normalise_url(server), f"salvagelane_test_{os.getpid()}") as url:
         yield PostgresDatabase(url=url)
-    finally:
-        with admin.connect() as connection:
-            # A leaked pool connection would make DROP DATABASE wait or fail.
-            connection.execute(
-                sa.text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = :name AND pid <> pg_backend_pid()"
-                ),
-                {"name": name},
-            )
-            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}"')
-        admin.dispose()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

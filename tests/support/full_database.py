@@ -5,6 +5,7 @@ connects, so the first write that needs a new page fails with SQLITE_FULL ("data
 disk is full"), the error a full disk gives. Writes that fit in existing pages (a small
 run row, a status update) still succeed, as they would on a full disk. The tests run it
 as ``python tests/support/full_database.py ARGS``: a real process, a real SQLite error.
+In-process tests listen with :func:`cap_at_current_size` on one engine instead.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import Pool
 
 
-@sa.event.listens_for(Pool, "connect")
-def _cap_at_current_size(dbapi_connection: Any, connection_record: Any) -> None:
+def cap_at_current_size(dbapi_connection: Any, connection_record: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:
         (pages,) = cursor.execute("PRAGMA page_count").fetchone()
@@ -28,5 +28,7 @@ def _cap_at_current_size(dbapi_connection: Any, connection_record: Any) -> None:
 
 if __name__ == "__main__":
     from salvagelane.cli import main
+
+    sa.event.listen(Pool, "connect", cap_at_current_size)
 
     main(sys.argv[1:])

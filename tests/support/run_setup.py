@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import pytest
@@ -46,17 +46,26 @@ def items(count: int) -> list[dict[str, Any]]:
 # --- the project -------------------------------------------------------------------------------
 
 
+def replaced(text: str, replacements: Mapping[str, str]) -> str:
+    """``text`` with each key, which must occur exactly once, replaced by its value."""
+    for old, new in replacements.items():
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
 @dataclass(frozen=True)
 class Project:
-    """A copy of the example project whose daily-triage definition is edited per test."""
+    """A copy of the example project whose daily-triage definition is edited per test.
+    The serve and run-definition tests extend it with what they need besides."""
 
     root: Path
 
     @classmethod
-    def create(cls, root: Path) -> Project:
+    def create(cls, root: Path, **fields: Any) -> Self:
         shutil.copytree(ROOT / "instructions", root / "instructions")
         shutil.copytree(ROOT / "schemas", root / "schemas")
-        return cls(root)
+        return cls(root=root, **fields)
 
     @property
     def instructions(self) -> Path:
@@ -68,12 +77,13 @@ class Project:
 
     def edit(self, replacements: Mapping[str, str], append: str = "") -> Path:
         """Replace each text (which must occur once) in the definition; append ``append``."""
-        text = self.definition.read_text(encoding="utf-8")
-        for old, new in replacements.items():
-            assert text.count(old) == 1, old
-            text = text.replace(old, new)
+        text = replaced(self.definition.read_text(encoding="utf-8"), replacements)
         self.definition.write_text(text + append, encoding="utf-8")
         return self.definition
+
+    def replace_in(self, path: Path, old: str, new: str) -> None:
+        """Replace ``old``, which must occur once, in the project file ``path``."""
+        path.write_text(replaced(path.read_text(encoding="utf-8"), {old: new}), encoding="utf-8")
 
     def instruction(self, **replacements: str) -> Instruction:
         """The definition, after :meth:`edit` with ``replacements``, loaded."""

@@ -27,10 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from salvagelane.store import Store
 from salvagelane.store.values import RunSummary
+from tests.support import run_setup
 from tests.support.cli import FIXTURE, ROOT, clean_env, command
 from tests.support.provider import Scripted
 from tests.support.run_setup import JSON_HEADERS, chat_answer
@@ -66,19 +67,15 @@ def openai_connector(base_url: str, timeout_seconds: float = 60) -> str:
 
 
 @dataclass(frozen=True)
-class Project:
-    root: Path
+class Project(run_setup.Project):
+    """The example project with the replay fixture beside it, and definitions written
+    whole for ``serve`` (a cron every second by default)."""
 
     @classmethod
-    def create(cls, root: Path) -> Project:
-        shutil.copytree(ROOT / "instructions", root / "instructions")
-        shutil.copytree(ROOT / "schemas", root / "schemas")
+    def create(cls, root: Path, **fields: Any) -> Self:
+        made = super().create(root, **fields)
         shutil.copytree(FIXTURE, root / "fixture")
-        return cls(root)
-
-    @property
-    def instructions(self) -> Path:
-        return self.root / "instructions"
+        return made
 
     @property
     def database_url(self) -> str:
@@ -101,9 +98,7 @@ class Project:
             "misfire_grace_seconds: 3600": f"misfire_grace_seconds: {grace}",
             "deadline_seconds: 600": f"deadline_seconds: {deadline}",
         }
-        for old, new in replacements.items():
-            assert text.count(old) == 1, old
-            text = text.replace(old, new)
+        text = run_setup.replaced(text, replacements)
         block = re.compile(r"^connector:\n(?:  .*\n)+", re.MULTILINE)
         assert len(block.findall(text)) == 1
         return block.sub(lambda _: connector, text)

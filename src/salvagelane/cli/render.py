@@ -64,6 +64,16 @@ def status_notes(run: RunSummary) -> list[str]:
     return notes
 
 
+def _repairs(repairs: Sequence[Any]) -> str:
+    """``trailing_comma at offset 57, ...``: a stored item's lossless repairs."""
+    return ", ".join(
+        f"{line(str(r.get('kind')))} at offset {line(str(r.get('at')))}"
+        if isinstance(r, Mapping)
+        else line(str(r))
+        for r in repairs
+    )
+
+
 def _items(count: int) -> str:
     return f"{count} item" + ("" if count == 1 else "s")
 
@@ -254,6 +264,9 @@ def run_detail(detail: RunDetail) -> str:
             text = json.dumps(item.data, ensure_ascii=False, separators=(", ", ": "))
             origin = "" if item.origin == ItemOrigin.MODEL else f" [{line(item.origin)}]"
             lines.append(f"  {item.position + 1}. {one_line(text, _ITEM_WIDTH)}{origin}")
+            if item.repairs:
+                # A repaired item is never passed off as the model's own text (ADR 0001).
+                lines.append(f"      repaired: {_repairs(item.repairs)}")
     lines.append("")
     lines.append(
         f"quarantine lane ({_items(len(detail.quarantined))}, {detail.quarantined_count} held back)"
@@ -350,17 +363,13 @@ def redelivery_summary(*, tried: int, delivered: int) -> str:
 
 def raw_output(detail: RunDetail, number: int) -> str:
     """The raw output of attempt ``number``, exactly as stored (see :func:`clipped_note`)."""
-    for attempt in detail.attempts:
-        if attempt.number == number:
-            if attempt.raw_output is None:
-                raise NotFoundError(
-                    f"run {detail.id}: attempt {number} has no output "
-                    f"(the call failed: {attempt.provider_error})"
-                )
-            return attempt.raw_output
-    raise NotFoundError(
-        f"run {detail.id}: no attempt {number}; expected 1 to {len(detail.attempts)}"
-    )
+    attempt = detail.attempt(number)
+    if attempt.raw_output is None:
+        raise NotFoundError(
+            f"run {detail.id}: attempt {number} has no output "
+            f"(the call failed: {attempt.provider_error})"
+        )
+    return attempt.raw_output
 
 
 def captured_fixture(captured: CapturedFixture) -> str:

@@ -101,6 +101,15 @@ def _items_path(dotted: str) -> tuple[str, ...]:
     help='Normalise ambiguous scalars ("5" -> 5) to the schema\'s types, recorded.',
 )
 @click.option(
+    "--repair",
+    "repair",
+    type=click.Choice(["none", "lossless"]),
+    default="none",
+    show_default=True,
+    help="lossless: accept an item whose only defects are trailing commas before } or ], "
+    "with each repair recorded on the item; anything else is still quarantined.",
+)
+@click.option(
     "--schema-ref",
     "schema_refs",
     multiple=True,
@@ -131,6 +140,7 @@ def salvage_command(
     allow: tuple[str, ...],
     finish_reason: str | None,
     coerce: bool,
+    repair: str,
     schema_refs: tuple[Path, ...],
     batch: bool,
     summary: bool,
@@ -140,7 +150,7 @@ def salvage_command(
     Exit 0 whenever input was processed, partial or not; 2 for unusable options,
     schema or allow-list files.
     """
-    from salvagelane.core import Guardrails, SalvagePolicy, salvage
+    from salvagelane.core import AcceptRepairs, Guardrails, SalvagePolicy, salvage
     from salvagelane.policy_files import load_item_schema, read_raw
 
     if batch and file is not None:
@@ -156,6 +166,7 @@ def salvage_command(
             rank_key=rank_key,
             allow_lists=_parse_allow(allow),
             coerce=coerce,
+            accept_repairs=AcceptRepairs(repair),
         ),
     )
     if batch:
@@ -341,13 +352,18 @@ def render_summary(result: SalvageResult) -> str:
         f"finish reason: {line(result.finish_reason or 'not given')}",
     ]
     envelope = ", ".join(line(key) for key in result.envelope)
+    repaired = [item for item in result.items if item.repairs]
     lines = [
         f"status       {line(result.status)}",
         f"output       {'; '.join(flags)}",
         f"envelope     {envelope or 'nothing recovered'}",
-        f"accepted     {counts['accepted']} of {counts['candidates']} candidates",
-        f"quarantined  {counts['quarantined']} ({by_reason})",
+        f"accepted     {counts['accepted']} of {counts['candidates']} candidates"
+        + (f" ({len(repaired)} repaired losslessly)" if repaired else ""),
     ]
+    for kept in repaired:
+        made = ", ".join(f"{line(r.kind)} at offset {r.at}" for r in kept.repairs)
+        lines.append(f"  item {kept.index}: {made}")
+    lines.append(f"quarantined  {counts['quarantined']} ({by_reason})")
     for item in result.quarantined:
         where = f"item {item.index}" if item.index is not None else "output"
         lines.append(f"  {where}: {line(item.message)}")

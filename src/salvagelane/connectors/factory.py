@@ -37,30 +37,27 @@ def connector_settings(
     http = HttpSettings(timeout_seconds=spec.timeout_seconds)
     if deadline_seconds is not None:
         http = dataclasses.replace(http, deadline_seconds=deadline_seconds)
+    settings_type: type[OpenAICompatibleSettings | AnthropicSettings]
     if spec.kind is ConnectorKind.OPENAI:
-        return OpenAICompatibleSettings(
-            base_url=None if spec.base_url_env else spec.base_url or OPENAI_BASE_URL,
-            base_url_env=spec.base_url_env,
-            model=spec.model,
-            api_key_env=spec.api_key_env,
-            structured_output=spec.structured_output,
-            stream=spec.stream,
-            http=http,
-            max_tokens_field=spec.max_tokens_field or "max_tokens",
+        settings_type, default_url = OpenAICompatibleSettings, OPENAI_BASE_URL
+        own = {"max_tokens_field": spec.max_tokens_field or "max_tokens"}
+    elif spec.kind is ConnectorKind.ANTHROPIC:
+        settings_type, default_url = AnthropicSettings, ANTHROPIC_BASE_URL
+        own = {"anthropic_version": spec.anthropic_version or DEFAULT_VERSION}
+    else:
+        raise ConnectorError(  # pragma: no cover - build_connector handles replay itself
+            "connector.kind: expected an HTTP connector (openai, anthropic), "
+            f"got {spec.kind.value!r}"
         )
-    if spec.kind is ConnectorKind.ANTHROPIC:
-        return AnthropicSettings(
-            base_url=None if spec.base_url_env else spec.base_url or ANTHROPIC_BASE_URL,
-            base_url_env=spec.base_url_env,
-            model=spec.model,
-            api_key_env=spec.api_key_env,
-            structured_output=spec.structured_output,
-            stream=spec.stream,
-            http=http,
-            anthropic_version=spec.anthropic_version or DEFAULT_VERSION,
-        )
-    raise ConnectorError(  # pragma: no cover - build_connector handles replay itself
-        f"connector.kind: expected an HTTP connector (openai, anthropic), got {spec.kind.value!r}"
+    return settings_type(
+        base_url=None if spec.base_url_env else spec.base_url or default_url,
+        base_url_env=spec.base_url_env,
+        model=spec.model,
+        api_key_env=spec.api_key_env,
+        structured_output=spec.structured_output,
+        stream=spec.stream,
+        http=http,
+        **own,
     )
 
 

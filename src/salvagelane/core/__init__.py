@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # what mypy and editors see; at run time __getattr__ imports 
     from salvagelane.core.assembly import SalvagePolicy, check_item, salvage
     from salvagelane.core.finish import FinishReason, canonical_finish_reason
     from salvagelane.core.guardrails import Guardrails
+    from salvagelane.core.lossless import AcceptRepairs
     from salvagelane.core.records import (
         AcceptedItem,
         Coercion,
@@ -21,6 +22,7 @@ if TYPE_CHECKING:  # what mypy and editors see; at run time __getattr__ imports 
         EnvelopeIssue,
         QuarantinedItem,
         Reason,
+        Repair,
         SalvageResult,
         Span,
         Status,
@@ -33,12 +35,14 @@ _EXPORTS: dict[str, str] = {
     "FinishReason": "salvagelane.core.finish",
     "canonical_finish_reason": "salvagelane.core.finish",
     "Guardrails": "salvagelane.core.guardrails",
+    "AcceptRepairs": "salvagelane.core.lossless",
     "AcceptedItem": "salvagelane.core.records",
     "Coercion": "salvagelane.core.records",
     "CorrectionSignal": "salvagelane.core.records",
     "EnvelopeIssue": "salvagelane.core.records",
     "QuarantinedItem": "salvagelane.core.records",
     "Reason": "salvagelane.core.records",
+    "Repair": "salvagelane.core.records",
     "SalvageResult": "salvagelane.core.records",
     "Span": "salvagelane.core.records",
     "Status": "salvagelane.core.records",
@@ -55,6 +59,7 @@ _EXPORTS: dict[str, str] = {
 """Name -> the module that defines it."""
 
 __all__ = [
+    "AcceptRepairs",
     "AcceptedItem",
     "Coercion",
     "CorrectionSignal",
@@ -65,6 +70,7 @@ __all__ = [
     "ItemsPath",
     "QuarantinedItem",
     "Reason",
+    "Repair",
     "SalvagePolicy",
     "SalvageResult",
     "ScanResult",

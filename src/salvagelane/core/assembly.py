@@ -126,7 +126,11 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
         envelope=envelope,
         items=tuple(
             AcceptedItem(
-                index=r.candidate.index, data=r.data, span=r.candidate.span, coercions=r.coercions
+                index=r.candidate.index,
+                data=r.data,
+                span=r.candidate.span,
+                coercions=r.coercions,
+                repairs=r.repairs,
             )
             for r in kept
         ),
@@ -170,7 +174,11 @@ def check_item(
     if over is not None:
         return _quarantine(text, candidate, over, limits)
     return AcceptedItem(
-        index=index, data=outcome.data, span=candidate.span, coercions=outcome.coercions
+        index=index,
+        data=outcome.data,
+        span=candidate.span,
+        coercions=outcome.coercions,
+        repairs=outcome.repairs,
     )
 
 

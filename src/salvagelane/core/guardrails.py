@@ -17,12 +17,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from salvagelane.core.coercion import coerce
+from salvagelane.core.lossless import AcceptRepairs, repair_losslessly
 from salvagelane.core.records import (
     _NO_REPAIR,
     Coercion,
     CorrectionSignal,
     JSONValue,
     Reason,
+    Repair,
     SignalCode,
 )
 from salvagelane.core.repair import repair_truncated
@@ -46,9 +48,17 @@ class Guardrails:
     rank_key: str | None = None
     allow_lists: Mapping[str, frozenset[str]] = field(default_factory=dict)
     coerce: bool = False
+    accept_repairs: AcceptRepairs = AcceptRepairs.NONE
     snippet_chars: int = 240
 
     def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "accept_repairs", AcceptRepairs(self.accept_repairs))
+        except ValueError:
+            choices = ", ".join(repr(str(choice)) for choice in AcceptRepairs)
+            raise ConfigurationError(
+                f"guardrails: accept_repairs {self.accept_repairs!r} is not one of {choices}"
+            ) from None
         for name in ("max_bytes", "max_depth", "max_string_length", "snippet_chars"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"guardrails: {name} must be at least 1")
@@ -67,6 +77,7 @@ class Review:
     text: str
     data: JSONValue = _UNPARSED
     coercions: tuple[Coercion, ...] = ()
+    repairs: tuple[Repair, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -162,9 +173,25 @@ def check_truncated(review: Review, ctx: ChainContext) -> Review | Rejection:
 
 
 def parse_strictly(review: Review, ctx: ChainContext) -> Review | Rejection:
-    """malformed: strict parse of the span (or damage the scanner already saw)."""
+    """malformed: strict parse of the span (or damage the scanner already saw).
+
+    With ``accept_repairs: lossless``, a closed item whose only defects are lossless
+    ones is parsed repaired, and its repairs travel with it (see ``core.lossless``);
+    an item the repair cannot make parse keeps the rejection its own text earned.
+    """
     candidate = review.candidate
     parsed = parse_item(review.text, offset=candidate.span.start)
+    if (
+        not isinstance(parsed, Parsed)
+        and ctx.guardrails.accept_repairs is AcceptRepairs.LOSSLESS
+        and candidate.closure is Closure.CLOSED
+        and not candidate.stray
+    ):
+        fixed = repair_losslessly(review.text, offset=candidate.span.start)
+        if fixed is not None:
+            reparsed = parse_item(fixed.text, offset=candidate.span.start)
+            if isinstance(reparsed, Parsed):
+                return replace(review, data=reparsed.value, repairs=fixed.repairs)
     if candidate.closure is Closure.BROKEN or not isinstance(parsed, Parsed):
         if isinstance(parsed, Parsed) or candidate.stray:
             signal = CorrectionSignal(

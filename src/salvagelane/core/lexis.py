@@ -30,6 +30,16 @@ RAW_TO_BRACKET = re.compile(r"[^{}\[\]]*+")
 
 NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][+-]?+[0-9]++)?+")
 
+TOKEN = re.compile(
+    r"[ \t\n\r]*+(?:"
+    r'(?P<string>"' + STRING_BODY + '")'
+    r"|(?P<number>" + NUMBER.pattern + ")"
+    r"|(?P<literal>true|false|null)"
+    r"|(?P<punct>[{}\[\],:]))"
+)
+"""One strict JSON token after optional whitespace; the group named by ``lastgroup``
+says which kind (string, number, literal, punct)."""
+
 WORD = re.compile(r"[A-Za-z0-9_.+\-]++")
 """A run that looks like a bare token: literals, numbers and junk such as NaN."""
 

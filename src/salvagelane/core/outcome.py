@@ -9,7 +9,9 @@ Every candidate is identified by its source index (its position in the model's i
 array), so a difference names the item the model wrote, whatever was kept around it.
 Accepted items carry their data and the SHA-256 of its canonical JSON (sorted keys, no
 whitespace): the hash decides equality, the data makes a diff of ``expected.json``
-readable.
+readable. An item accepted only after a lossless repair also carries its ``repairs``
+(kind and raw offset), so a repaired item never compares equal to an original one; an
+item without repairs is written as before.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from salvagelane.core.canonical import canonical_sha256
-from salvagelane.core.records import JSONValue, SalvageResult
+from salvagelane.core.records import JSONValue, Repair, RepairKind, SalvageResult
 
 OUTCOME_FORMAT = 1
 """Version of the outcome's JSON form; bumped when its meaning changes."""
@@ -28,14 +30,19 @@ OUTCOME_FORMAT = 1
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ItemOutcome:
-    """An accepted item: its source index, the hash of its data, and the data."""
+    """An accepted item: its source index, the hash of its data, the data, and the
+    lossless repairs it was accepted with (none for an original item)."""
 
     index: int
     sha256: str
     data: JSONValue
+    repairs: tuple[Repair, ...] = ()
 
     def to_json(self) -> dict[str, JSONValue]:
-        return {"index": self.index, "sha256": self.sha256, "data": self.data}
+        data: dict[str, JSONValue] = {"index": self.index, "sha256": self.sha256, "data": self.data}
+        if self.repairs:
+            data["repairs"] = [repair.to_json() for repair in self.repairs]
+        return data
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,6 +108,7 @@ class Outcome:
                     index=_index(item.get("index"), f"{where}.index"),
                     sha256=recorded,
                     data=item["data"],
+                    repairs=repairs_from_json(item.get("repairs", []), f"{where}.repairs"),
                 )
             )
         quarantined = []
@@ -125,7 +133,12 @@ def outcome_of(result: SalvageResult) -> Outcome:
     return Outcome(
         status=str(result.status),
         items=tuple(
-            ItemOutcome(index=item.index, sha256=canonical_sha256(item.data), data=item.data)
+            ItemOutcome(
+                index=item.index,
+                sha256=canonical_sha256(item.data),
+                data=item.data,
+                repairs=item.repairs,
+            )
             for item in result.items
         ),
         quarantined=tuple(
@@ -143,6 +156,7 @@ class DifferenceKind(enum.StrEnum):
     ITEM_LOST = "item_lost"  # accepted before, not now
     ITEM_GAINED = "item_gained"  # accepted now, not before
     ITEM_CHANGED = "item_changed"  # accepted both times, other data
+    ITEM_REPAIRS = "item_repairs"  # accepted both times, same data, other lossless repairs
     REASON_CHANGED = "reason_changed"  # quarantined both times, for another reason
     # No longer, or newly, quarantined; not accepted either time.
     QUARANTINE_LOST = "quarantine_lost"
@@ -180,6 +194,8 @@ class Difference:
                 return f"{where} gained: was {self.expected}, now accepted"
             case DifferenceKind.ITEM_CHANGED:
                 return f"{where} changed: data {self.expected} -> {self.actual}"
+            case DifferenceKind.ITEM_REPAIRS:
+                return f"{where} repairs changed: {self.expected} -> {self.actual}"
             case DifferenceKind.REASON_CHANGED:
                 return f"{where} reason changed: {self.expected} -> {self.actual}"
             case DifferenceKind.QUARANTINE_LOST:
@@ -251,6 +267,7 @@ class _Fate:
 
     sha256: str | None = None
     reasons: tuple[str, ...] = ()
+    repairs: tuple[Repair, ...] = ()
 
     @property
     def accepted(self) -> bool:
@@ -262,12 +279,14 @@ class _Fate:
 
 def _fates(outcome: Outcome) -> dict[int | None, _Fate]:
     fates: dict[int | None, _Fate] = {
-        item.index: _Fate(sha256=item.sha256) for item in outcome.items
+        item.index: _Fate(sha256=item.sha256, repairs=item.repairs) for item in outcome.items
     }
     for record in outcome.quarantined:
         previous = fates.get(record.index, _Fate())
         fates[record.index] = _Fate(
-            sha256=previous.sha256, reasons=(*previous.reasons, record.reason)
+            sha256=previous.sha256,
+            reasons=(*previous.reasons, record.reason),
+            repairs=previous.repairs,
         )
     return fates
 
@@ -278,6 +297,13 @@ def _fate_change(index: int | None, before: _Fate | None, after: _Fate | None) -
     was = _ABSENT if before is None else before.describe()
     now = _ABSENT if after is None else after.describe()
     if before is not None and before.accepted:
+        if after is not None and after.accepted and before.sha256 == after.sha256:
+            return Difference(
+                kind=DifferenceKind.ITEM_REPAIRS,
+                index=index,
+                expected=_repairs(before.repairs),
+                actual=_repairs(after.repairs),
+            )
         if after is not None and after.accepted:
             return Difference(
                 kind=DifferenceKind.ITEM_CHANGED,
@@ -299,6 +325,27 @@ def _fate_change(index: int | None, before: _Fate | None, after: _Fate | None) -
         DifferenceKind.QUARANTINE_LOST if before is not None else DifferenceKind.QUARANTINE_GAINED
     )
     return Difference(kind=kind, index=index, expected=was, actual=now)
+
+
+def _repairs(repairs: Sequence[Repair]) -> str:
+    return ", ".join(f"{r.kind} at {r.at}" for r in repairs) if repairs else "none (original)"
+
+
+def repairs_from_json(value: Any, where: str) -> tuple[Repair, ...]:
+    """The repairs a JSON list of ``{"kind": ..., "at": ...}`` describes (an item's
+    ``repairs``, as ``Repair.to_json`` writes them); ValueError naming the field at fault."""
+    repairs = []
+    for n, entry in enumerate(_sequence(value, where)):
+        record = _mapping(entry, f"{where}[{n}]")
+        kind = _string(record.get("kind"), f"{where}[{n}].kind")
+        if kind not in {str(k) for k in RepairKind}:
+            known = ", ".join(str(k) for k in RepairKind)
+            raise ValueError(f"{where}[{n}].kind: expected one of {known}, got {kind!r}")
+        at = record.get("at")
+        if isinstance(at, bool) or not isinstance(at, int) or at < 0:
+            raise ValueError(f"{where}[{n}].at: expected an offset (an integer >= 0), got {at!r}")
+        repairs.append(Repair(kind=RepairKind(kind), at=at))
+    return tuple(repairs)
 
 
 def _indexes(indexes: Sequence[int]) -> str:

@@ -116,22 +116,51 @@ class Coercion:
         return {"path": self.path, "from": self.original, "to": self.value, "rule": self.rule}
 
 
+class RepairKind(enum.StrEnum):
+    """The defects a lossless repair removes: each has exactly one reading."""
+
+    TRAILING_COMMA = "trailing_comma"  # a comma before the "}" or "]" that closes
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Repair:
+    """One defect removed from an item's text by a lossless repair; never silent.
+
+    ``at`` is the offset of the removed text in the raw output, as spans count.
+    """
+
+    kind: RepairKind
+    at: int
+
+    def to_json(self) -> dict[str, JSONValue]:
+        return {"kind": str(self.kind), "at": self.at}
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AcceptedItem:
-    """An item that passed every guardrail; ``data`` comes from intact model text."""
+    """An item that passed every guardrail.
+
+    ``data`` comes from intact model text, or, when ``repairs`` is not empty, from
+    that text with exactly those lossless repairs made (an opt-in policy); the JSON
+    form carries ``repairs`` only then, so an item without any reads as before.
+    """
 
     index: int
     data: JSONValue
     span: Span
     coercions: tuple[Coercion, ...] = ()
+    repairs: tuple[Repair, ...] = ()
 
     def to_json(self) -> dict[str, JSONValue]:
-        return {
+        data: dict[str, JSONValue] = {
             "index": self.index,
             "data": self.data,
             "span": self.span.to_json(),
             "coercions": [c.to_json() for c in self.coercions],
         }
+        if self.repairs:
+            data["repairs"] = [r.to_json() for r in self.repairs]
+        return data
 
 
 _NO_REPAIR: Any = object()

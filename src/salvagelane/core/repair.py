@@ -14,13 +14,6 @@ from salvagelane.core import lexis
 from salvagelane.core.records import JSONValue
 from salvagelane.core.strict import Parsed, parse_item
 
-_TOKEN = re.compile(
-    r"[ \t\n\r]*+(?:"
-    r'(?P<string>"' + lexis.STRING_BODY + '")'
-    r"|(?P<number>" + lexis.NUMBER.pattern + ")"
-    r"|(?P<literal>true|false|null)"
-    r"|(?P<punct>[{}\[\],:]))"
-)
 # An escape cut in half: a backslash that is not itself escaped, maybe with \u and 0-3 digits.
 _HALF_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*+)\\(?:u[0-9a-fA-F]{0,3})?\Z")
 
@@ -34,7 +27,7 @@ def repair_truncated(text: str) -> JSONValue | None:
     safe_pos, safe_depth = -1, 0
     pos = 0
     while True:
-        match = _TOKEN.match(text, pos)
+        match = lexis.TOKEN.match(text, pos)
         if match is None:
             break
         pos = match.end()

@@ -1,7 +1,9 @@
 """Item schemas: compiled once, format-checked, never fetching a remote ``$ref``.
 
-Validation errors become correction signals a retry prompt can use:
-``schema at $.wsjf.score: expected number, received "high"``.
+Two validators share the work (docs/adr/0010-fast-verdict-reference-explanation.md):
+jsonschema-rs gives the verdict, and only for an item it rejects does ``jsonschema``,
+the reference, say why. Validation errors become correction signals a retry prompt
+can use: ``schema at $.wsjf.score: expected number, received "high"``.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import jsonschema.exceptions
 import jsonschema.validators
 import referencing
 import referencing.exceptions
-from referencing.jsonschema import DRAFT202012
+from referencing.jsonschema import DRAFT202012, UnknownDialect, specification_with
 
 from salvagelane.core.canonical import canonical_sha256
 from salvagelane.core.records import CorrectionSignal, JSONValue
+from salvagelane.core.schema_routing import fast_validator, format_checker, subschemas
 from salvagelane.core.strict import describe, member_path
 from salvagelane.errors import SchemaError
 
@@ -35,11 +38,18 @@ def _refuse_retrieval(uri: str) -> referencing.Resource[Any]:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ItemSchema:
-    """A JSON Schema compiled into a validator, with the hash that identifies it."""
+    """A JSON Schema compiled into two validators, with the hash that identifies it.
+
+    ``fast`` (jsonschema-rs) gives the verdict; ``validator`` (jsonschema) explains a
+    rejection. ``fast`` is None when the schema is validated by jsonschema alone, and
+    ``reference_only`` then says why (schema_routing.py).
+    """
 
     schema: Mapping[str, Any]
     sha256: str
     validator: Any  # a jsonschema Validator instance; its protocol is not generic
+    fast: Any = None  # a jsonschema_rs Validator, or None
+    reference_only: str = ""
 
     @classmethod
     def compile(
@@ -52,6 +62,7 @@ class ItemSchema:
         """Check and compile ``schema``; ``resources`` are schemas it may ``$ref`` by ``$id``."""
         if not isinstance(schema, Mapping):
             raise SchemaError(f"{source}: a JSON Schema must be an object, got {describe(schema)}")
+        _refuse_unknown_dialects(schema, source)
         validator_class = jsonschema.validators.validator_for(
             schema, default=jsonschema.Draft202012Validator
         )
@@ -62,15 +73,35 @@ class ItemSchema:
             raise SchemaError(
                 f"{source}: not a valid JSON Schema at {where}: {exc.message}"
             ) from exc
-        registry = _registry(schema, resources, source)
-        validator = validator_class(
-            schema, registry=registry, format_checker=validator_class.FORMAT_CHECKER
-        )
+        registry, bundled = _registry(schema, resources, source)
+        validator = validator_class(schema, registry=registry, format_checker=format_checker())
+        fast, reference_only = fast_validator(schema, bundled)
         digest = canonical_sha256(schema, allow_nan=True)
-        return cls(schema=schema, sha256=digest, validator=validator)
+        return cls(
+            schema=schema,
+            sha256=digest,
+            validator=validator,
+            fast=fast,
+            reference_only=reference_only,
+        )
 
     def check(self, instance: JSONValue) -> CorrectionSignal | None:
-        """The best correction signal for ``instance``, or None when it validates."""
+        """The best correction signal for ``instance``, or None when it validates.
+
+        The fast validator's "valid" is final. Its "invalid" is explained by the
+        reference; should the reference find nothing to explain (a disagreement the
+        test suite did not catch), the reference's verdict stands, as before jsonschema-rs.
+        """
+        if self.fast is not None:
+            try:
+                if self.fast.is_valid(instance):
+                    return None
+            except ValueError:
+                pass  # a value jsonschema-rs cannot take: the reference decides
+        return self.explain(instance)
+
+    def explain(self, instance: JSONValue) -> CorrectionSignal | None:
+        """The reference validator's correction signal for ``instance``, or None."""
         try:
             errors = sorted(
                 self.validator.iter_errors(instance), key=jsonschema.exceptions.relevance
@@ -101,13 +132,34 @@ class ItemSchema:
 _ROOT_URI = "urn:salvagelane:schema-under-compilation"
 
 
+def _refuse_unknown_dialects(schema: Mapping[str, Any], source: str) -> None:
+    """A ``$schema`` must name a dialect known here: its meta-schema is never fetched.
+
+    Unrefused, both validators would read the schema as some default draft and ignore
+    the vocabularies its custom meta-schema declares.
+    """
+    for where, node in subschemas(schema):
+        dialect = node.get("$schema")
+        if not isinstance(dialect, str):
+            continue
+        try:
+            specification_with(dialect)
+        except UnknownDialect as exc:
+            raise SchemaError(
+                f"{source}: $schema {dialect!r} at {where or '/'} is not a JSON Schema dialect "
+                "salvagelane knows, and it never fetches a meta-schema: declare "
+                "'https://json-schema.org/draft/2020-12/schema'"
+            ) from exc
+
+
 def _registry(
     schema: Mapping[str, Any], resources: Iterable[Mapping[str, Any]], source: str
-) -> referencing.Registry[Any]:
+) -> tuple[referencing.Registry[Any], list[tuple[str, Mapping[str, Any]]]]:
     """A registry that can never fetch, in which every ``$ref`` was resolved once already.
 
     Resolving at load time turns a remote or dangling reference into a clear
-    configuration error instead of an exception in the middle of a run.
+    configuration error instead of an exception in the middle of a run. The bundled
+    resources come back by URI too, for the fast validator's registry.
     """
     registry: referencing.Registry[Any] = referencing.Registry(
         retrieve=_refuse_retrieval  # type: ignore[call-arg]
@@ -116,20 +168,25 @@ def _registry(
     for index, contents in enumerate(resources):
         if not isinstance(contents, Mapping):
             raise SchemaError(f"{source}: bundled schema #{index + 1} is not an object")
+        _refuse_unknown_dialects(contents, f"{source}: bundled schema #{index + 1}")
         resource = referencing.Resource.from_contents(contents, default_specification=DRAFT202012)
         uri = resource.id()
         if not uri:
             raise SchemaError(f"{source}: bundled schema #{index + 1} has no $id to $ref it by")
         registry = registry.with_resource(uri=uri, resource=resource)
         documents.append((uri, contents))
+    bundled = list(documents)
     root = referencing.Resource.from_contents(schema, default_specification=DRAFT202012)
     root_uri = root.id() or _ROOT_URI
     registry = registry.with_resource(uri=root_uri, resource=root).crawl()
     documents.append((root_uri, schema))
+    refs: dict[int, list[tuple[Any, str]]] = {}
     for base, contents in documents:
-        for pointer, ref, scope in _iter_refs(contents, base):
+        for pointer, ref, scope, node in _iter_refs(contents, base):
             try:
-                registry.resolver(base_uri=scope).lookup(ref)
+                target = registry.resolver(base_uri=scope).lookup(ref).contents
+                if pointer.endswith("/$ref"):
+                    refs.setdefault(id(node), []).append((target, pointer))
             except referencing.exceptions.Unresolvable as exc:
                 hint = (
                     "it points to nothing in the schema"
@@ -141,11 +198,71 @@ def _registry(
                 raise SchemaError(
                     f"{source}: $ref {ref!r} at {where} cannot be resolved; {hint}"
                 ) from exc
-    return registry
+    looping = _endless_ref(documents, refs)
+    if looping:
+        raise SchemaError(
+            f"{source}: $ref at {looping} leads back to where it started without going "
+            "into the item: checking any item against it would never end"
+        )
+    return registry, bundled
 
 
-def _iter_refs(schema: Any, base: str) -> Iterator[tuple[str, str, str]]:
-    """Every ``$ref`` with its JSON pointer and the base URI it resolves against."""
+_IN_PLACE_ONE = ("not", "if", "then", "else")
+_IN_PLACE_MANY = ("allOf", "anyOf", "oneOf")
+
+
+def _endless_ref(
+    documents: Iterable[tuple[str, Mapping[str, Any]]],
+    refs: Mapping[int, list[tuple[Any, str]]],
+) -> str:
+    """The pointer of a ``$ref`` that closes a loop at one place in the instance, or "".
+
+    ``$ref``, ``allOf``, ``not``... apply a subschema to the same value, so a cycle of
+    them alone never ends (``jsonschema`` raises RecursionError mid-run, jsonschema-rs
+    says "valid"). A cycle through ``properties`` or ``items`` ends with the item.
+    """
+
+    def in_place(node: Any) -> Iterator[tuple[Any, str]]:
+        if not isinstance(node, Mapping):
+            return
+        yield from refs.get(id(node), ())
+        for key in _IN_PLACE_ONE:
+            if isinstance(node.get(key), Mapping):
+                yield node[key], ""
+        for key in _IN_PLACE_MANY:
+            if isinstance(node.get(key), list):
+                yield from ((sub, "") for sub in node[key])
+        if isinstance(node.get("dependentSchemas"), Mapping):
+            yield from ((sub, "") for sub in node["dependentSchemas"].values())
+
+    done: set[int] = set()
+    for _, contents in documents:
+        for _, start in subschemas(contents):
+            if id(start) in done:
+                continue
+            # Depth-first, iteratively: ``on_path`` holds the schemas being expanded.
+            on_path: dict[int, str] = {id(start): ""}
+            stack: list[tuple[Any, Iterator[tuple[Any, str]]]] = [(start, in_place(start))]
+            while stack:
+                _, successors = stack[-1]
+                step = next(successors, None)
+                if step is None:
+                    node, _ = stack.pop()
+                    on_path.pop(id(node), None)
+                    done.add(id(node))
+                    continue
+                target, via = step
+                if id(target) in on_path:
+                    return via or "/"
+                if id(target) not in done and isinstance(target, Mapping):
+                    on_path[id(target)] = via
+                    stack.append((target, in_place(target)))
+    return ""
+
+
+def _iter_refs(schema: Any, base: str) -> Iterator[tuple[str, str, str, Mapping[str, Any]]]:
+    """Every ``$ref`` with its JSON pointer, the base URI it resolves against, and the
+    schema that holds it."""
     stack: list[tuple[str, Any, str]] = [("", schema, base)]
     while stack:
         pointer, node, scope = stack.pop()
@@ -155,7 +272,7 @@ def _iter_refs(schema: Any, base: str) -> Iterator[tuple[str, str, str]]:
                 scope = urljoin(scope, node_id)
             for key, value in node.items():
                 if key in ("$ref", "$dynamicRef") and isinstance(value, str):
-                    yield f"{pointer}/{key}", value, scope
+                    yield f"{pointer}/{key}", value, scope, node
                 elif key not in ("const", "enum", "examples", "default"):
                     stack.append((f"{pointer}/{key}", value, scope))
         elif isinstance(node, list):

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from salvagelane.core import ItemSchema, parse_items_path
+from salvagelane.core import AcceptRepairs, ItemSchema, parse_items_path
 from salvagelane.core.canonical import canonical_sha256
 from salvagelane.definitions.context import resolve_allow_lists, resolve_context
 from salvagelane.definitions.cron import cron_problem
@@ -258,6 +258,8 @@ def _build(
             max_output_bytes=guardrails_doc["max_output_bytes"],
             coerce=guardrails_doc["coerce"],
             allow_lists=tuple(allow_lists),
+            # Optional, so that every definition written before it means what it meant.
+            accept_repairs=AcceptRepairs(guardrails_doc.get("accept_repairs", "none")),
         ),
         context=MappingProxyType(context),
         retry=RetryPolicy(

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from salvagelane.core import Guardrails, ItemSchema, SalvagePolicy
+from salvagelane.core import AcceptRepairs, Guardrails, ItemSchema, SalvagePolicy
 from salvagelane.logs import redact_url
 
 if TYPE_CHECKING:
@@ -122,6 +122,7 @@ class GuardrailSpec:
     max_output_bytes: int
     coerce: bool
     allow_lists: tuple[AllowListSource, ...] = ()
+    accept_repairs: AcceptRepairs = AcceptRepairs.NONE
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -223,6 +224,7 @@ class Instruction:
                 rank_key=self.output.rank_key,
                 allow_lists=dict(allow_lists),
                 coerce=limits.coerce,
+                accept_repairs=limits.accept_repairs,
             ),
         )
 

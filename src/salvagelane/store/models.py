@@ -325,6 +325,8 @@ class ReportItemRow(Base):
     span_end: Mapped[int | None] = mapped_column(Integer)
     coercions: Mapped[Any] = mapped_column(JSONText, nullable=True)
     origin: Mapped[ItemOrigin] = mapped_column(Word(ItemOrigin))
+    # The lossless repairs the item was accepted with (migration 0007); NULL: none.
+    repairs: Mapped[Any] = mapped_column(JSONText, nullable=True)
 
 
 class QuarantinedItemRow(Base):

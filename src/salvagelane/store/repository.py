@@ -562,7 +562,7 @@ class Store:
             report = report_view(session, run.id, figures_of(session, [run])[run.id])
             if report is None:
                 raise NotFoundError(f"{self.url}: run {run.id} has no report (it is {run.status})")
-            return {
+            payload: dict[str, Any] = {
                 "run_id": run.id,
                 "instruction": run.instruction_id,
                 "status": report.status,
@@ -575,6 +575,11 @@ class Store:
                 # model's, even in a report whose status an approval made ok.
                 "item_origins": [item.origin for item in report.items],
             }
+            if any(item.repairs for item in report.items):
+                # Nor is a repaired item passed off as written; only a report holding one
+                # carries the list, so every other payload is as it was.
+                payload["item_repairs"] = [item.repairs or [] for item in report.items]
+            return payload
 
     def _resolve(self, session: Session, run_id: str) -> RunRow:
         """The run whose id is ``run_id`` or starts with it (at least MIN_PREFIX characters)."""
@@ -640,7 +645,8 @@ def _add_report(
             report_id=report_id,
             position=position,
             coercions=None if item.coercions is None else list(item.coercions),
-            **columns_of(item, omit={"coercions"}),
+            repairs=None if item.repairs is None else list(item.repairs),
+            **columns_of(item, omit={"coercions", "repairs"}),
         )
         for position, item in enumerate(report.items)
     )

@@ -194,6 +194,7 @@ class QuarantineLane:
                     span_end=item.span_end,
                     coercions=None if item.coercions is None else list(item.coercions),
                     origin=ItemOrigin.OPERATOR,
+                    repairs=None if item.repairs is None else list(item.repairs),
                 )
             )
             run = session.get(RunRow, row.run_id, with_for_update=True)

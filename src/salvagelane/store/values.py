@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from salvagelane.errors import NotFoundError
 from salvagelane.vocabulary import (
     DeliveryStatus,
     ItemOrigin,
@@ -38,6 +39,7 @@ class ReportItemRecord:
     span_end: int | None
     coercions: Sequence[JSONValue] | None = None
     origin: ItemOrigin = ItemOrigin.MODEL
+    repairs: Sequence[JSONValue] | None = None  # lossless repairs: never passed off as original
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -174,6 +176,7 @@ class ReportItemView:
     span_end: int | None
     coercions: list[JSONValue] | None
     origin: ItemOrigin
+    repairs: list[JSONValue] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -373,3 +376,13 @@ class RunDetail(RunSummary):
     report: ReportView | None
     quarantined: list[QuarantineView]
     deliveries: list[SinkDeliveryView]
+
+    def attempt(self, number: int) -> AttemptView:
+        """Attempt ``number`` (1-based) of this run."""
+        for attempt in self.attempts:
+            if attempt.number == number:
+                return attempt
+        numbers = ", ".join(str(a.number) for a in self.attempts) or "none"
+        raise NotFoundError(
+            f"run {self.id}: no attempt {number}: expected one of its attempts ({numbers})"
+        )
