@@ -9,7 +9,9 @@ and the command line cannot disagree. Access rules: :mod:`salvagelane.ui.securit
 
 from __future__ import annotations
 
+import hmac
 import io
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
@@ -167,8 +169,6 @@ def create_app(settings: Settings) -> Starlette:
 def _sign_in(request: Request, access: Access, given: str) -> Response:
     """``?token=...``: set the cookie and go to the same page without the token in the
     address bar (nor in its history)."""
-    import hmac
-
     if not hmac.compare_digest(given.encode(), access.token.encode()):
         return Response("wrong token", status_code=403, media_type="text/plain")
     rest = [(k, v) for k, v in request.query_params.multi_items() if k != TOKEN_PARAMETER]
@@ -231,13 +231,13 @@ def query_of(where: QuarantineFilter, **extra: Any) -> str:
     return urlencode({k: v for k, v in pairs.items() if v is not None})
 
 
-def _page_number(text: str | None) -> int:
+def _page_number(text: str | None, name: str = "page") -> int:
     try:
         number = int(text or "1")
     except ValueError as exc:
-        raise PageError(400, f"page: expected a number, got {text!r}") from exc
-    if number < 1:
-        raise PageError(400, "page: expected 1 or more")
+        raise PageError(400, f"{name}: expected a number, got {text!r}") from exc
+    if not 1 <= number <= 100_000:
+        raise PageError(400, f"{name}: expected a number from 1 to 100000, got {number}")
     return number
 
 
@@ -313,8 +313,6 @@ async def item_page(request: Request, page: Page, **extra: Any) -> Response:
         lines = views.raw_lines(before, detail.raw_span, detail.raw_after or "")
     if "corrected" not in extra:
         if detail.repaired is not None:
-            import json
-
             extra["corrected"] = json.dumps(detail.repaired, indent=2, ensure_ascii=False)
         else:
             extra["corrected"] = detail.raw_span or detail.snippet or ""
@@ -350,7 +348,7 @@ async def run_page(request: Request, page: Page) -> Response:
 
 def _health(page: Page, request: Request) -> list[Any]:
     instruction = request.query_params.get("instruction") or None
-    days = _page_number(request.query_params.get("days") or "30")
+    days = _page_number(request.query_params.get("days") or "30", "days")
     store = page.store
     now = page.settings.clock()
     ids = [instruction] if instruction else store.instruction_ids()
