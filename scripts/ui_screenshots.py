@@ -127,8 +127,6 @@ def main() -> int:
                 page.screenshot(path=str(OUT / "ui-item.png"), full_page=True)
                 page.goto(base + "/health")
                 page.screenshot(path=str(OUT / "ui-health.png"), full_page=False)
-                page.goto(base + "/")
-                page.screenshot(path=str(OUT / "ui-queue.png"), full_page=False)
                 browser.close()
         finally:
             server.send_signal(signal.SIGINT)
