@@ -117,8 +117,9 @@ def best_of(repeat: int, call: Callable[[], object]) -> float:
     return min(timings)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def database_arguments(description: str, *, quick: str) -> argparse.ArgumentParser:
+    """The options of a benchmark over a filled scratch database (this one, ui_pages.py)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument(
         "--server",
         default=os.environ.get(
@@ -128,8 +129,13 @@ def main() -> int:
     )
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--quick", action="store_true", help="3 repetitions, no plans")
+    parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--seed", type=int, default=20261121)
+    return parser
+
+
+def main() -> int:
+    parser = database_arguments(__doc__.splitlines()[0], quick="3 repetitions, no plans")
     args = parser.parse_args()
     repeat = 3 if args.quick else args.repeat
 

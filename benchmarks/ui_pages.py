@@ -17,8 +17,6 @@ several repetitions, against the target of 200 ms per page.
 
 from __future__ import annotations
 
-import argparse
-import os
 import random
 import secrets
 import sys
@@ -39,7 +37,7 @@ import warnings  # noqa: E402
 
 from tests.support.postgres import scratch_database  # noqa: E402
 
-from quarantine_list import INSTRUCTIONS, NOW, fill  # noqa: E402
+from quarantine_list import INSTRUCTIONS, NOW, database_arguments, fill  # noqa: E402
 from salvagelane.store import QuarantineFilter, Store, upgrade  # noqa: E402
 from salvagelane.store.models import AttemptRow, QuarantinedItemRow, RunRow  # noqa: E402
 from salvagelane.ui.app import Settings, create_app  # noqa: E402
@@ -190,18 +188,7 @@ def measure(url: str, repeat: int) -> bool:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--server",
-        default=os.environ.get(
-            "SALVAGELANE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
-        ),
-        help="a PostgreSQL URL; a scratch database is created beside its database",
-    )
-    parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--quick", action="store_true", help="3 repetitions")
-    parser.add_argument("--seed", type=int, default=20261121)
+    parser = database_arguments(__doc__.splitlines()[0], quick="3 repetitions")
     args = parser.parse_args()
     repeat = 3 if args.quick else args.repeat
     with scratch_database(args.server, "salvagelane_bench") as url:
