@@ -136,6 +136,9 @@ def test_the_queue_filters_counts_and_pages(reviewed: Reviewed, store: Store) ->
     ids = re.findall(r'<tr data-href="/items/(\d+)', schema.text)
     assert ids == [str(reviewed.schema_item)]
     assert client.get("/?reason=nonsense").status_code == 400
+    typo = client.get("/?instruction=daily-triag")
+    assert typo.status_code == 400
+    assert "no stored run has instruction" in typo.text
     assert client.get("/?status=approved").text.count('<tr data-href="') == 0
     # The item view links to its neighbours in the same filter (newest first): the schema
     # item was quarantined after the hostile one.

@@ -256,6 +256,14 @@ async def queue_page(request: Request, page: Page) -> Response:
         chart_since = where.since
 
     def read() -> dict[str, Any]:
+        known = store.instruction_ids()
+        if where.instruction_id is not None and where.instruction_id not in known:
+            # As `quarantine list` refuses it: a typo must not read as "nothing held".
+            raise PageError(
+                400,
+                f"instruction: no stored run has instruction {where.instruction_id!r}; "
+                f"expected one of {', '.join(known) or '(no runs stored yet)'}",
+            )
         items = store.quarantine.list_quarantine(paged)
         # One grouped read gives both the counts by reason (of the filter but its reason,
         # so another reason is one click away) and the chart (of the whole filter).
@@ -277,7 +285,7 @@ async def queue_page(request: Request, page: Page) -> Response:
             "more": len(items) > PAGE_SIZE,
             "counts": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
             "day_chart": views.stacked(days_between(chart_since, now), shown),
-            "instructions": store.instruction_ids(),
+            "instructions": known,
         }
 
     data = await run_in_threadpool(read)
