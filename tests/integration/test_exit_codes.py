@@ -277,6 +277,35 @@ def run_serve_until_started(row: Row, project: Project, argv: list[str]) -> Resu
     return Result(code, serve.stdout, "\n".join(serve.stderr_lines))
 
 
+def run_ui_until_started(row: Row, project: Project, argv: list[str]) -> Result:
+    """``ui``: wait for the URL it prints once it answers, then stop it with Ctrl-C."""
+    with subprocess.Popen(
+        command(*argv),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=project.root,
+        env=clean_env({"SALVAGELANE_DATABASE_URL": project.database}),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        lines: list[str] = []
+        try:
+            for line in proc.stdout:
+                lines.append(line)
+                if line.startswith("open "):
+                    break
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(timeout=60)
+            lines.append(proc.stdout.read())
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        return Result(code, "".join(lines), proc.stderr.read())
+
+
 def read_only_directory_works(directory: Path) -> str | None:
     """Why a read-only directory cannot be simulated here, or None when it can."""
     probe = directory / "probe"
@@ -409,6 +438,7 @@ ROWS: list[Row] = [
     row("db upgrade, not a URL", "db upgrade --database foo", code=2, err="not well", **NO_DB),
     row("db recover, unsupported", f"db recover {MYSQL}", code=2, err="unsupported", **NO_DB),
     row("serve, unsupported database", f"serve {MYSQL}", code=2, err="unsupported", **NO_DB),
+    row("ui, unsupported database", f"ui {MYSQL}", code=2, err="unsupported", **NO_DB),
     row(
         "a PostgreSQL server that refuses the connection",
         "runs list --database postgresql://nobody@127.0.0.1:1/none",
@@ -732,6 +762,14 @@ ROWS: list[Row] = [
     ),
     row("db recover, nothing spooled", "db recover", code=0, out="nothing to recover"),
     row("db recover with an argument", "db recover extra", code=2, err="extra", **SQLITE),
+    # --- ui
+    row(
+        "ui, stopped by Ctrl-C",
+        "ui --port 0 --instructions instructions",
+        code=0,
+        out="open http://127.0.0.1:",
+        runner=run_ui_until_started,
+    ),
     # --- serve
     row(
         "serve, stopped by SIGTERM",
