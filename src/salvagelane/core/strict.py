@@ -1,6 +1,14 @@
 """Strict JSON: the parse an item must survive, and whole-document validity.
 
-Items are parsed with the C decoder, made strict with hooks: no NaN/Infinity,
+Items are parsed with orjson first: it refuses NaN/Infinity, numbers that
+overflow to infinity, lone surrogates and any grammar error, like the strict
+decoder below. What it accepts and we refuse is checked after it, cheaply:
+duplicate keys (the member count the text can hold, ``"key":``, against the
+parsed objects' sizes), NUL (``\u0000``), and integers beyond 64 bits (which
+orjson reads as floats). Anything orjson refuses, or any doubt, goes to the
+precise parse below, which names the defect for the correction signal.
+
+The precise parse is the C decoder, made strict with hooks: no NaN/Infinity,
 no number that overflows to infinity, no duplicate keys (so
 ``{"candidate": "ok", "candidate": "evil"}`` can never reach an allow-list as
 ``"evil"``), and, checked only when the raw text could hold them, no lone
@@ -19,6 +27,8 @@ import math
 import re
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from salvagelane.core import lexis
 from salvagelane.core.records import CorrectionSignal, JSONValue, SignalCode
@@ -99,8 +109,45 @@ class Unparsable:
     signal: CorrectionSignal
 
 
+# `"key":` as the text can hold it: at least one per object member (a string that opens
+# with `:` or holds `\":` adds more, never fewer), so equal counts prove unique keys.
+_MEMBER = re.compile(r'"[ \t\n\r]*+:')
+# orjson reads an integer beyond 64 bits as a float: a run this long goes to the precise
+# parse, which keeps it an int (or refuses it, beyond Python's digit limit).
+_LONG_DIGITS = re.compile(r"[0-9]{19}")
+
+
 def parse_item(text: str, *, offset: int = 0) -> Parsed | Unparsable:
     """Parse one item's span strictly. ``offset`` locates errors in the raw output."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return _parse_precisely(text, offset)
+    if isinstance(value, (dict, list)):
+        members = _members(value)
+        if members and len(_MEMBER.findall(text)) != members:
+            return _parse_precisely(text, offset)
+    if _LONG_DIGITS.search(text) is not None:
+        return _parse_precisely(text, offset)
+    return _checked(value, text, offset)
+
+
+def _members(value: JSONValue) -> int:
+    """Members of every object in ``value`` (iteratively: depth is bounded, not small)."""
+    total = 0
+    stack: list[JSONValue] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            total += len(node)
+            stack.extend(child for child in node.values() if isinstance(child, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend(child for child in node if isinstance(child, (dict, list)))
+    return total
+
+
+def _parse_precisely(text: str, offset: int) -> Parsed | Unparsable:
+    """The C decoder with strict hooks: slower, and it names what is wrong."""
     try:
         value = _DECODER.decode(text)
     except _DuplicateKey as exc:
@@ -128,6 +175,11 @@ def parse_item(text: str, *, offset: int = 0) -> Parsed | Unparsable:
         return _unparsable(
             SignalCode.NUMBER_TOO_LONG, "$", "a number of sensible length", str(exc)[:80]
         )
+    return _checked(value, text, offset)
+
+
+def _checked(value: JSONValue, text: str, offset: int) -> Parsed | Unparsable:
+    """NUL and lone surrogates, which a decoder reads without complaint."""
     # Cheap tests first: a NUL or lone surrogate needs an escape or a raw surrogate.
     if ("\\u" in text and _NUL_OR_SURROGATE_ESCAPE.search(text)) or (
         not text.isascii() and _SURROGATE.search(text)
