@@ -5,7 +5,7 @@ overflow to infinity, lone surrogates and any grammar error, like the strict
 decoder below. What it accepts and we refuse is checked after it, cheaply:
 duplicate keys (the member count the text can hold, ``"key":``, against the
 parsed objects' sizes), NUL (``\u0000``), and integers beyond 64 bits (which
-orjson reads as floats). Anything orjson refuses, or any doubt, goes to the
+orjson reads as floats: any float that large is parsed again). Anything orjson refuses, or any doubt, goes to the
 precise parse below, which names the defect for the correction signal.
 
 The precise parse is the C decoder, made strict with hooks: no NaN/Infinity,
@@ -112,9 +112,9 @@ class Unparsable:
 # `"key":` as the text can hold it: at least one per object member (a string that opens
 # with `:` or holds `\":` adds more, never fewer), so equal counts prove unique keys.
 _MEMBER = re.compile(r'"[ \t\n\r]*+:')
-# orjson reads an integer beyond 64 bits as a float: a run this long goes to the precise
-# parse, which keeps it an int (or refuses it, beyond Python's digit limit).
-_LONG_DIGITS = re.compile(r"[0-9]{19}")
+# orjson reads an integer beyond 64 bits as a float; a float this large may be one, and
+# goes to the precise parse, which keeps it an int (or refuses it past the digit limit).
+_INT64 = float(2**63)
 
 
 def parse_item(text: str, *, offset: int = 0) -> Parsed | Unparsable:
@@ -123,26 +123,32 @@ def parse_item(text: str, *, offset: int = 0) -> Parsed | Unparsable:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
         return _parse_precisely(text, offset)
-    if isinstance(value, (dict, list)):
-        members = _members(value)
-        if members and len(_MEMBER.findall(text)) != members:
-            return _parse_precisely(text, offset)
-    if _LONG_DIGITS.search(text) is not None:
+    members = _members(value)
+    # Every member has a colon: as many colons as members proves no key repeats; more
+    # (colons in strings), count `"key":` the same way; still more, the precise parse.
+    if members < 0 or (
+        members and text.count(":") != members and len(_MEMBER.findall(text)) != members
+    ):
         return _parse_precisely(text, offset)
     return _checked(value, text, offset)
 
 
 def _members(value: JSONValue) -> int:
-    """Members of every object in ``value`` (iteratively: depth is bounded, not small)."""
+    """Members of every object in ``value``; -1 for a float that may be a big int.
+
+    Iterative: nesting is bounded by the guardrails, but not small.
+    """
     total = 0
     stack: list[JSONValue] = [value]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
             total += len(node)
-            stack.extend(child for child in node.values() if isinstance(child, (dict, list)))
+            stack.extend(node.values())
         elif isinstance(node, list):
-            stack.extend(child for child in node if isinstance(child, (dict, list)))
+            stack.extend(node)
+        elif isinstance(node, float) and abs(node) >= _INT64:
+            return -1
     return total
 
 
