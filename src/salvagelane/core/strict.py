@@ -3,10 +3,11 @@
 Items are parsed with orjson first: it refuses NaN/Infinity, numbers that
 overflow to infinity, lone surrogates and any grammar error, like the strict
 decoder below. What it accepts and we refuse is checked after it, cheaply:
-duplicate keys (the member count the text can hold, ``"key":``, against the
-parsed objects' sizes), NUL (``\u0000``), and integers beyond 64 bits (which
-orjson reads as floats: any float that large is parsed again). Anything orjson refuses, or any doubt, goes to the
-precise parse below, which names the defect for the correction signal.
+duplicate keys (the colons, or ``"key":``, the text holds against the parsed
+objects' sizes), NUL (``\u0000``), and integers beyond 64 bits (which orjson
+reads as floats: any float that large is parsed again). Anything orjson
+refuses, or any doubt, goes to the precise parse below, which names the defect
+for the correction signal.
 
 The precise parse is the C decoder, made strict with hooks: no NaN/Infinity,
 no number that overflows to infinity, no duplicate keys (so
