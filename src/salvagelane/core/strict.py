@@ -313,15 +313,6 @@ def is_strict_document(raw: str, *, depth: int | None = None) -> bool:
     return validate_iteratively(text)
 
 
-_TOKEN = re.compile(
-    r"[ \t\n\r]*+(?:"
-    r'(?P<string>"' + lexis.STRING_BODY + '")'
-    r"|(?P<number>" + lexis.NUMBER.pattern + ")"
-    r"|(?P<literal>true|false|null)"
-    r"|(?P<punct>[{}\[\],:]))"
-)
-
-
 class _Expect(enum.IntEnum):
     """What the iterative validator accepts next."""
 
@@ -348,7 +339,7 @@ def validate_iteratively(text: str) -> bool:
     expect = _VALUE
     pos = 0
     while True:
-        match = _TOKEN.match(text, pos)
+        match = lexis.TOKEN.match(text, pos)
         if match is None:
             return expect is _END and lexis.skip_ws(text, pos) == len(text)
         pos = match.end()
