@@ -13,31 +13,29 @@ from tests.support.cli import ROOT
 from tests.support.databases import POSTGRES_ENV
 
 
-@pytest.mark.postgres
-def test_the_quarantine_list_benchmark_runs_and_prints_its_table() -> None:
+def run_on_postgres(script: str) -> str:
+    """``benchmarks/SCRIPT`` over a 300-item scratch database, quickly; its stdout."""
     server = os.environ.get(POSTGRES_ENV)
     if not server:
         pytest.skip(f"set {POSTGRES_ENV} to run the PostgreSQL benchmark")
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "quarantine_list.py"),
+        [sys.executable, str(ROOT / "benchmarks" / script),
          "--server", server, "--rows", "300", "--quick"],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "filled 300 quarantined items" in proc.stdout
-    assert "--instruction --reason" in proc.stdout
+    return proc.stdout
+
+
+@pytest.mark.postgres
+def test_the_quarantine_list_benchmark_runs_and_prints_its_table() -> None:
+    printed = run_on_postgres("quarantine_list.py")
+    assert "filled 300 quarantined items" in printed
+    assert "--instruction --reason" in printed
 
 
 @pytest.mark.postgres
 def test_the_review_page_benchmark_runs_and_times_every_page() -> None:
-    server = os.environ.get(POSTGRES_ENV)
-    if not server:
-        pytest.skip(f"set {POSTGRES_ENV} to run the PostgreSQL benchmark")
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "ui_pages.py"),
-         "--server", server, "--rows", "300", "--quick"],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    printed = run_on_postgres("ui_pages.py")
     for page in ("queue --reason", "item view, 256 KiB output", "run view", "health, all 5"):
-        assert page in proc.stdout
+        assert page in printed
