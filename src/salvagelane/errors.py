@@ -185,3 +185,24 @@ def not_utf8(exc: UnicodeDecodeError) -> str:
     bad = exc.object[exc.start : exc.start + 1]
     byte = f"byte 0x{bad[0]:02X}" if bad else "a byte"
     return f"{byte} at offset {exc.start} is not valid UTF-8"
+
+
+class QueueError(SalvagelaneError):
+    """The task queue (``serve --dispatch queue``, ``salvagelane worker``; docs/adr/0013)
+    refused or failed: a job could not be enqueued, cancelled or run."""
+
+
+class RunTakenError(SalvagelaneError):
+    """A queued run that is no longer ``queued`` when a worker comes to take it: another
+    worker took it, or it was cancelled. The worker does nothing (at most once)."""
+
+    def __init__(self, run_id: str, status: str, where: str = ""):
+        prefix = f"{where}: " if where else ""
+        super().__init__(f"{prefix}run {run_id} is {status}, not queued: it is not taken again")
+        self.run_id = run_id
+        self.status = status
+
+
+class RunStateError(NotFoundError):
+    """A command asked to act on a run in a state it does not act on (``runs cancel`` of
+    a run that has ended): like acting twice on a quarantined item, exit 2."""

@@ -89,6 +89,13 @@ ConnectorFactory = Callable[[Instruction], Connector]
 SinkFactory = Callable[[Instruction], Sequence[Sink]]
 ClaimObserver = Callable[[str], None]
 """Told the run id as soon as a run has claimed its fire (``serve`` tracks runs in flight)."""
+StopRequest = Callable[[], bool]
+"""Asked at each check point of a run (before each model call, and before the report is
+written): True when the operator cancelled it (``runs cancel``, through the task queue)."""
+
+
+class _Cancelled(Exception):
+    """A run's stop request was seen at a check point (internal to the executor)."""
 
 
 def connector_factory(client: httpx.Client, *, replay: Path | None = None) -> ConnectorFactory:
@@ -172,8 +179,10 @@ class Executor:
         on_claimed: ClaimObserver | None = None,
         spool: Spool | None = None,
         delivery_policy: DeliveryPolicy = DEFAULT_POLICY,
+        should_stop: StopRequest | None = None,
     ):
         self._store = store
+        self._should_stop = should_stop
         # Where an attempt goes when the database refuses it; by default the spool
         # directory the environment names for this database.
         self._spool = spool
@@ -193,8 +202,14 @@ class Executor:
         scheduled_for: datetime | None = None,
         retry_of: str | None = None,
         forced: bool = False,
+        queued_run: str | None = None,
     ) -> RunOutcome:
         """One run, from render to delivery. Returns how it ended.
+
+        ``queued_run``: the id of a run a ``serve --dispatch queue`` leader claimed
+        ``queued``; the run takes it (RunTakenError when another worker has, or it was
+        cancelled) instead of claiming a fire (``trigger``, ``scheduled_for`` and
+        ``retry_of`` are then the queued run's own, for the log).
 
         With ``scheduled_for`` the run first claims that fire (``retry_of``: the one retry
         of an interrupted run of it): DuplicateFireError, before anything else is
@@ -223,23 +238,34 @@ class Executor:
                 instruction=instruction.id,
                 reason="a credential in a URL of the definition could not be redacted",
             )
-        run_id = self._store.start_run(
-            instruction_id=instruction.id,
-            definition_sha256=instruction.definition_sha256,
-            trigger=trigger,
-            scheduled_for=scheduled_for,
-            now=started,
-            retry_of=retry_of,
-            definition=None
+        record = (
+            None
             if kept is None
             else DefinitionRecord(
                 sha256=kept.sha256,
                 instruction_id=instruction.id,
                 definition_sha256=instruction.definition_sha256,
                 content=kept.to_json(),
-            ),
-            forced=forced,
+            )
         )
+        if queued_run is not None:
+            run_id = self._store.queued.take(
+                queued_run,
+                now=started,
+                definition_sha256=instruction.definition_sha256,
+                definition=record,
+            ).id
+        else:
+            run_id = self._store.start_run(
+                instruction_id=instruction.id,
+                definition_sha256=instruction.definition_sha256,
+                trigger=trigger,
+                scheduled_for=scheduled_for,
+                now=started,
+                retry_of=retry_of,
+                definition=record,
+                forced=forced,
+            )
         if self._on_claimed is not None:
             self._on_claimed(run_id)
         state = _RunState(run_id=run_id)
@@ -259,6 +285,15 @@ class Executor:
                     outcome = self._execute(with_snapshot(instruction, snapshot), state)
             except DefinitionError as exc:
                 outcome = self._fail(instruction, state, f"definition: {exc}")
+            except _Cancelled:
+                outcome = self._fail(
+                    instruction,
+                    state,
+                    f"cancelled: the operator asked the run to stop (salvagelane runs cancel); "
+                    f"it stopped after {len(state.attempts)} attempt(s), whose raw outputs "
+                    "are kept",
+                    status=RunStatus.CANCELLED,
+                )
             except AttemptNotStoredError as exc:
                 # The database refused an attempt: its output is in the spool file the
                 # error names. Say so on the run if the database takes that much.
@@ -337,6 +372,7 @@ class Executor:
             return left is not None and left <= 0
 
         for number in range(1, retry.attempts + 1):
+            self._check_point()
             if past_deadline():
                 # Attempts already stored still compete for the report; the deadline only
                 # stops asking again.
@@ -409,10 +445,17 @@ class Executor:
                 result, finish_reason=completion.finish_reason, max_items=max_items
             )
 
+        # The last check point: the attempts are stored, the report is not written yet.
+        self._check_point()
         state.deadline_passed = past_deadline()
         if state.deadline_passed:
             log.warning("run.deadline", attempts=len(state.attempts), deadline_seconds=deadline)
         return self._persist(instruction, state)
+
+    def _check_point(self) -> None:
+        if self._should_stop is not None and self._should_stop():
+            log.info("run.cancel_seen")
+            raise _Cancelled
 
     def _store_completion(
         self,
@@ -611,17 +654,24 @@ class Executor:
             error=failure,
         )
 
-    def _fail(self, instruction: Instruction, state: _RunState, error: str) -> RunOutcome:
+    def _fail(
+        self,
+        instruction: Instruction,
+        state: _RunState,
+        error: str,
+        *,
+        status: RunStatus = RunStatus.FAILED,
+    ) -> RunOutcome:
         error = scrub_text(error)
-        self._store.fail_run(state.run_id, finished_at=self._clock(), error=error)
-        log.warning("run.failed", error=error)
+        self._store.fail_run(state.run_id, finished_at=self._clock(), error=error, status=status)
+        log.warning(f"run.{status}", error=error)
         # The finish reason the store reports for a run without report: its last
         # attempt's (``error`` for a call that failed), None when no call was made.
         last = state.attempts[-1] if state.attempts else None
         return RunOutcome(
             run_id=state.run_id,
             instruction_id=instruction.id,
-            status=RunStatus.FAILED,
+            status=status,
             kept=0,
             candidates=0,
             quarantined={},

@@ -15,6 +15,10 @@ duplicate (another node, a catch-up racing the scheduler, an external ``run
 --scheduled-for``) does nothing but log ``fire.duplicate``. The leader repeats step 1
 every poll interval, so a run of a node that died is noticed without a restart.
 
+With a :class:`Dispatch` (``serve --dispatch queue``, docs/adr/0013) the leader executes
+nothing itself: each fire, catch-up and retry is claimed ``queued`` and handed to the
+task queue in the same transaction, and ``salvagelane worker`` processes run it.
+
 Stopping (SIGTERM/SIGINT) ends new fires at once, lets runs in flight finish for up to
 the shutdown timeout, then marks those still going ``interrupted``. SIGHUP reloads the
 definitions; a definition that no longer loads is reported and its previous version kept.
@@ -28,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 from salvagelane.definitions import Instruction
 from salvagelane.definitions.directory import DefinitionSet, load_definitions, require_loadable
@@ -71,6 +76,28 @@ RenderSchedule = Callable[[Sequence[ScheduleRow]], str]
 """How the leader's banner shows the next fires (the command line's table)."""
 
 _RETRYABLE_TRIGGERS = frozenset({Trigger.SCHEDULE, Trigger.CATCH_UP})
+
+
+class Dispatch(Protocol):
+    """Where a leader sends fires instead of running them (``serve --dispatch queue``:
+    :class:`salvagelane.dispatch.QueueDispatch`)."""
+
+    def enqueue(
+        self,
+        instruction: Instruction,
+        *,
+        scheduled_for: datetime,
+        trigger: Trigger,
+        retry_of: str | None,
+        now: datetime,
+    ) -> str:
+        """Claim the fire and enqueue its run in one transaction; returns the run id
+        (DuplicateFireError when the fire is claimed already)."""
+        ...
+
+    def release_interrupted(self) -> object:
+        """Free what the runs just marked interrupted still hold in the queue."""
+        ...
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -148,9 +175,11 @@ class Service:
         announce: Announce = lambda line: None,
         render_schedule: RenderSchedule | None = None,
         clock: Clock = utc_now,
+        dispatch: Dispatch | None = None,
     ) -> None:
         if problem := settings.problem():
             raise ConfigurationError(f"serve: {problem}")
+        self._dispatch = dispatch
         self._settings = settings
         self._store = store
         self._lock = lock
@@ -388,6 +417,8 @@ class Service:
                 scheduled_for=_iso(run.scheduled_for),
                 reason="no heartbeat",
             )
+        if self._dispatch is not None:
+            self._dispatch.release_interrupted()
         definitions = self._definitions
         if not definitions:
             return []
@@ -581,6 +612,9 @@ class Service:
                 log.warning("fire.unknown", **fields)
                 return
             log.info("fire", **fields)
+            if self._dispatch is not None:
+                self._enqueue(self._dispatch, instruction, scheduled_for, trigger, retry_of, fields)
+                return
             with self._instruction_lock(instruction_id):
                 # A fire that waited for the instruction's previous run through a stop (or
                 # a lost lead) stays unclaimed: the settlement at the stop, or the next
@@ -636,6 +670,39 @@ class Service:
             with self._guard:
                 for run_id in claimed:
                     self._in_flight.pop(run_id, None)
+
+    def _enqueue(
+        self,
+        dispatch: Dispatch,
+        instruction: Instruction,
+        scheduled_for: datetime,
+        trigger: Trigger,
+        retry_of: str | None,
+        fields: dict[str, str | None],
+    ) -> None:
+        # The queue keeps one run of an instruction at a time (across workers): no
+        # instruction lock here, a fire is claimed as soon as it comes.
+        with self._guard:
+            closed = self._gate_closed or self._stopping.is_set()
+        if closed:
+            log.info("fire.skipped", reason="not leading", **fields)
+            return
+        try:
+            run_id = dispatch.enqueue(
+                instruction,
+                scheduled_for=scheduled_for,
+                trigger=trigger,
+                retry_of=retry_of,
+                now=self._clock(),
+            )
+        except DuplicateFireError:
+            log.info("fire.duplicate", **fields)
+        except SalvagelaneError:
+            # Claim and job rolled back together: the fire is unclaimed, and settling
+            # (or the next leader's catch-up) gives it its outcome.
+            log.exception("fire.not_queued", **fields)
+        else:
+            log.info("fire.claimed", run_id=run_id, queued=True, **fields)
 
     @contextmanager
     def _instruction_lock(self, instruction_id: str) -> Iterator[None]:

@@ -25,6 +25,9 @@ class Trigger(StrEnum):
 class RunStatus(StrEnum):
     """Where a run stands. ``running`` until it ends, then one of the others."""
 
+    QUEUED = "queued"
+    """Claimed by a ``serve --dispatch queue`` leader and waiting in the task queue for a
+    ``salvagelane worker`` (docs/adr/0013); a worker takes it by making it ``running``."""
     RUNNING = "running"
     OK = "ok"
     PARTIAL = "partial"
@@ -34,6 +37,9 @@ class RunStatus(StrEnum):
     """A scheduled fire that was never run (no node was up, or it was too late to catch
     up); its row has trigger ``schedule``, ``finished_at`` and an ``error`` saying when it
     should have fired and why it was not run."""
+    CANCELLED = "cancelled"
+    """Stopped by ``salvagelane runs cancel``: before a worker took it (queued), or at the
+    running run's next check point (its raw outputs so far are kept)."""
 
 
 FINAL_RUN_STATUSES = frozenset(

@@ -116,14 +116,20 @@ class ServeProcess:
     """One ``salvagelane --log-format json serve`` process and what it has printed."""
 
     def __init__(
-        self, args: list[str], *, cwd: Path, env: dict[str, str] | None = None, name: str = ""
+        self,
+        args: list[str],
+        *,
+        cwd: Path,
+        env: dict[str, str] | None = None,
+        name: str = "",
+        subcommand: str = "serve",
     ) -> None:
-        self.name = name or "serve"
+        self.name = name or subcommand
         self.args = args
         self.started = time.monotonic()
         self.started_at = datetime.now(UTC)
         self.proc = subprocess.Popen(
-            command("--log-format", "json", "serve", *args),
+            command("--log-format", "json", subcommand, *args),
             cwd=cwd,
             env=clean_env(env),
             stdout=subprocess.PIPE,
@@ -289,7 +295,10 @@ class Processes:
         database: str | None = None,
         env: dict[str, str] | None = None,
         name: str = "",
+        subcommand: str = "serve",
     ) -> ServeProcess:
+        """``salvagelane serve`` (or ``subcommand``, e.g. ``worker``, which takes the
+        same --instructions and --database) with ``args``."""
         if isinstance(project_or_cwd, Project):
             cwd = project_or_cwd.root
             arguments = [
@@ -302,10 +311,18 @@ class Processes:
             cwd = project_or_cwd
             arguments = [] if database is None else ["--database", database]
         process = ServeProcess(
-            [*arguments, *args], cwd=cwd, env=env, name=name or f"serve#{len(self.started) + 1}"
+            [*arguments, *args],
+            cwd=cwd,
+            env=env,
+            name=name or f"{subcommand}#{len(self.started) + 1}",
+            subcommand=subcommand,
         )
         self.started.append(process)
         return process
+
+    def worker(self, project: Project, *args: str, **options: Any) -> ServeProcess:
+        """``salvagelane worker`` on the project's definitions."""
+        return self.serve(project, *args, subcommand="worker", **options)
 
     def cleanup(self) -> None:
         for process in self.started:

@@ -78,7 +78,7 @@ COMMANDS: Mapping[str, LazyCommand] = {
     ),
     "runs": LazyCommand(
         target="salvagelane.cli.run_commands:runs_group",
-        summary="Stored runs: list them, show one, deliver one again.",
+        summary="Stored runs: list them, show one, deliver one again, cancel one.",
     ),
     "salvage": LazyCommand(
         target="salvagelane.cli.salvage_commands:salvage_command",
@@ -96,6 +96,10 @@ COMMANDS: Mapping[str, LazyCommand] = {
         target="salvagelane.cli.ui_commands:ui_command",
         summary="Serve the review page: the quarantine queue, items, runs and health, in a "
         "browser.",
+    ),
+    "worker": LazyCommand(
+        target="salvagelane.cli.worker_commands:worker_command",
+        summary="Execute queued runs (PostgreSQL; `serve --dispatch queue` enqueues them).",
     ),
 }
 """Every command: its module (and what that imports) is loaded only when the command

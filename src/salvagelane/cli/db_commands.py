@@ -20,8 +20,13 @@ def db_upgrade_command(database: str | None) -> None:
     """Create the tables or migrate them to the newest revision (idempotent)."""
     from salvagelane import environment
     from salvagelane.store import current_revision, masked_url, upgrade
+    from salvagelane.store import database_url as normalised
 
     url = environment.database_url(database)
+
+    def url_is_postgres(url: str) -> bool:
+        return normalised(url).startswith("postgresql")
+
     before = current_revision(url)
     upgrade(url)
     after = current_revision(url)
@@ -29,6 +34,12 @@ def db_upgrade_command(database: str | None) -> None:
         click.echo(f"{masked_url(url)}: already at revision {after}")
     else:
         click.echo(f"{masked_url(url)}: upgraded from {before or 'an empty database'} to {after}")
+    if url_is_postgres(url):
+        # The task queue's tables (`serve --dispatch queue`, `worker`; ADR 0013), once.
+        from salvagelane.dispatch import install_schema
+
+        if install_schema(url):
+            click.echo(f"{masked_url(url)}: installed the task queue's tables")
 
 
 @db_group.command("current")

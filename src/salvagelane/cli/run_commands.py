@@ -199,7 +199,7 @@ def _report_duplicate(
 
 @click.group("runs")
 def runs_group() -> None:
-    """Stored runs: list them, show one, deliver one again."""
+    """Stored runs: list them, show one, deliver one again, cancel one."""
 
 
 @runs_group.command("list")
@@ -271,6 +271,29 @@ def runs_show_command(
         click.echo(json.dumps(render.to_json(detail), indent=2, ensure_ascii=False))
     else:
         click.echo(render.run_detail(detail))
+
+
+@runs_group.command("cancel")
+@click.argument("run_id")
+@database_option
+def runs_cancel_command(run_id: str, database: str | None) -> None:
+    """Cancel a run dispatched through the task queue (RUN_ID or a unique prefix): a
+    queued run ends cancelled at once; a running one is asked to stop and ends cancelled
+    at its next check point (before a model call, or before its report is written)."""
+    from salvagelane import environment
+    from salvagelane.dispatch import cancel_run
+
+    url = environment.database_url(database)
+    with open_store(database) as store:
+        detail = store.get_run(run_id)
+        run = cancel_run(url, store, detail.id, now=datetime.now(UTC))
+    if run.status == RunStatus.CANCELLED:
+        click.echo(f"cancelled: run {run.id} ({line(run.instruction_id)}) was queued")
+    else:
+        click.echo(
+            f"asked to stop: run {run.id} ({line(run.instruction_id)}) is {run.status}; its "
+            "worker ends it cancelled at its next check point (`runs show` tells when)"
+        )
 
 
 @runs_group.command("redeliver")

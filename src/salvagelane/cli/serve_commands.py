@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -19,7 +21,8 @@ from salvagelane.serve_settings import DEFAULT_SETTINGS as DEFAULTS
 from salvagelane.serve_settings import ServeSettings
 
 if TYPE_CHECKING:
-    from salvagelane.store import LeaderLock
+    from salvagelane.dispatch import QueueDispatch
+    from salvagelane.store import LeaderLock, Store
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -72,6 +75,14 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
     type=click.IntRange(min=1),
     help="Runs of different instructions that may execute at once.",
 )
+@click.option(
+    "--dispatch",
+    type=click.Choice(["inprocess", "queue"]),
+    default="inprocess",
+    show_default=True,
+    help="Where runs execute: in this process, or (PostgreSQL) through the task queue, by "
+    "`salvagelane worker` processes on any machine.",
+)
 def serve_command(
     instructions_dir: Path,
     database: str | None,
@@ -80,6 +91,7 @@ def serve_command(
     heartbeat_seconds: float,
     stale_after_seconds: float,
     max_workers: int,
+    dispatch: str,
 ) -> None:
     """Run every instruction on its schedule until stopped (SIGTERM or Ctrl-C).
 
@@ -91,11 +103,18 @@ def serve_command(
     missed. Every fire is claimed in the database first, so none runs twice.
 
     SIGHUP reloads the definitions; one that no longer loads keeps its previous version.
+
+    With --dispatch queue (PostgreSQL) the leader claims each fire and enqueues its run
+    in one transaction, and `salvagelane worker` processes execute the runs.
     """
     from salvagelane import environment
     from salvagelane.store import PostgresLeaderLock, SqliteServeLock, leader_lock_for
 
     url = environment.database_url(database)
+    if dispatch == "queue":
+        from salvagelane.dispatch import require_postgres
+
+        require_postgres(url, "serve --dispatch queue")  # SQLite: refused, exit 2
     lock = leader_lock_for(url)
     settings = ServeSettings(
         instructions_dir=instructions_dir,
@@ -117,12 +136,14 @@ def serve_command(
         # opens the database, imports the spool or prints anything as if it had started.
         lock.acquire()
     try:
-        _serve(settings, url, lock, instructions_dir)
+        _serve(settings, url, lock, instructions_dir, queue=dispatch == "queue")
     finally:
         lock.release()
 
 
-def _serve(settings: ServeSettings, url: str, lock: LeaderLock, instructions_dir: Path) -> None:
+def _serve(
+    settings: ServeSettings, url: str, lock: LeaderLock, instructions_dir: Path, *, queue: bool
+) -> None:
     from salvagelane.service import Service
     from salvagelane.store import Store
 
@@ -130,7 +151,7 @@ def _serve(settings: ServeSettings, url: str, lock: LeaderLock, instructions_dir
         click.echo(block(text))  # may quote a definition's file or a database error
         sys.stdout.flush()  # a pipe (a supervisor, a test) sees each line as it happens
 
-    with Store.open(url) as store, wired() as wiring:
+    with Store.open(url) as store, wired() as wiring, _dispatch(url, store, queue) as dispatch:
         recover_spooled(store, url)
         service = Service(
             settings,
@@ -140,6 +161,7 @@ def _serve(settings: ServeSettings, url: str, lock: LeaderLock, instructions_dir
             sinks_for=wiring.sinks_for,
             announce=announce,
             render_schedule=render_schedule_table,
+            dispatch=dispatch,
         )
         # Before the banner: a directory where nothing loads stops here, not after
         # "salvagelane serve: ..." has told a supervisor that it started.
@@ -157,6 +179,7 @@ def _serve(settings: ServeSettings, url: str, lock: LeaderLock, instructions_dir
             announce(
                 f"salvagelane serve: {store.url}, definitions from {instructions_dir}/ "
                 f"(pid {os.getpid()})"
+                + ("; runs go to the task queue" if dispatch is not None else "")
             )
             service.serve()
         finally:
@@ -176,3 +199,19 @@ def _serve(settings: ServeSettings, url: str, lock: LeaderLock, instructions_dir
             sys.stderr.flush()
             os._exit(0)
     announce("stopped")
+
+
+@contextmanager
+def _dispatch(url: str, store: Store, queue: bool) -> Iterator[QueueDispatch | None]:
+    """The task queue the leader hands its fires to (``--dispatch queue``), or None."""
+    if not queue:
+        yield None
+        return
+    from salvagelane.dispatch import QueueDispatch
+
+    dispatch = QueueDispatch(url, store)
+    dispatch.open()
+    try:
+        yield dispatch
+    finally:
+        dispatch.close()

@@ -27,6 +27,7 @@ from salvagelane.store.leadership import (
     SqliteServeLock,
     leader_lock_for,
 )
+from salvagelane.store.queued import QueuedRun, QueuedRuns
 from salvagelane.store.repository import Store
 from salvagelane.store.review import QuarantineLane
 from salvagelane.store.values import (
@@ -74,6 +75,8 @@ __all__ = [
     "QuarantineRecord",
     "QuarantineReviewView",
     "QuarantineView",
+    "QueuedRun",
+    "QueuedRuns",
     "ReportItemRecord",
     "ReportItemView",
     "ReportRecord",

@@ -287,7 +287,7 @@ def _configure_sqlite(engine: Engine, busy_timeout: float, *, read_only: bool = 
 # --- migrations -----------------------------------------------------------------------------
 
 
-HEAD_REVISION = "0007"
+HEAD_REVISION = "0008"
 """The migrations' head: the revision this salvagelane's code expects. Known without
 Alembic, which only the commands that migrate import (it is a quarter of a read
 command's start); tests/integration/test_migrations.py holds it equal to Alembic's."""

@@ -54,7 +54,7 @@ class FireLedger:
                     insert_definition(session, definition, now)
                 session.add(run)
         except StoreError as exc:
-            if run.scheduled_for is not None and _is_fire_conflict(exc.__cause__):
+            if run.scheduled_for is not None and is_fire_conflict(exc.__cause__):
                 raise DuplicateFireError(
                     instruction_id=run.instruction_id,
                     scheduled_for=run.scheduled_for,
@@ -206,7 +206,7 @@ class FireLedger:
             return state.effective_since
 
 
-def _is_fire_conflict(exc: BaseException | None) -> bool:
+def is_fire_conflict(exc: BaseException | None) -> bool:
     """Whether ``exc`` is a violation of the one-run-per-fire index (and no other)."""
     if not isinstance(exc, sa.exc.IntegrityError):
         return False

@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -232,6 +233,9 @@ class RunRow(Base):
     sink_status: Mapped[DeliveryStatus | None] = mapped_column(Word(DeliveryStatus))
     # ``run --scheduled-for T --force``: T is not a fire time of the schedule.
     forced: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    # The task queue's job executing a queued run (``serve --dispatch queue``, migration
+    # 0008); None for a run executed in-process.
+    job_id: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class DefinitionVersionRow(Base):

@@ -58,6 +58,7 @@ from salvagelane.store.models import (
     ReportRow,
     RunRow,
 )
+from salvagelane.store.queued import QueuedRuns
 from salvagelane.store.review import QuarantineLane
 from salvagelane.store.spool import Imported, SpooledAttempt
 from salvagelane.store.values import (
@@ -160,6 +161,11 @@ class Store:
     def fires(self) -> FireLedger:
         """The bookkeeping of scheduled fires: missed fires, retries, schedules."""
         return FireLedger(self._transaction, self.url)
+
+    @property
+    def queued(self) -> QueuedRuns:
+        """The runs of the task queue: claimed with their job, taken by one worker."""
+        return QueuedRuns(self._transaction, self.url)
 
     @property
     def health(self) -> HealthReader:
@@ -474,8 +480,9 @@ class Store:
         error: str,
         status: RunStatus = RunStatus.FAILED,
     ) -> None:
-        """End a run that produced no report (``failed``, or ``interrupted`` by a crash)."""
-        _check_vocabulary("status", status, FAILURE_STATUSES)
+        """End a run that produced no report (``failed``, ``interrupted`` by a crash, or
+        ``cancelled`` at the operator's request)."""
+        _check_vocabulary("status", status, FAILURE_STATUSES | {RunStatus.CANCELLED})
         with self._transaction(f"fail run {run_id}") as session:
             close_run(
                 running_run(session, run_id),
