@@ -508,4 +508,3 @@ class QueueWorker:
         )
         self._store.fail_run(queued.id, finished_at=self._clock(), error=error)
         log.error("run.failed", error=error)
-

@@ -106,9 +106,7 @@ def worker_command(
         worker.run()
         abandoned = worker.abandoned_runs
         if abandoned:
-            announce(
-                f"stopped; {len(abandoned)} run(s) marked interrupted: {', '.join(abandoned)}"
-            )
+            announce(f"stopped; {len(abandoned)} run(s) marked interrupted: {', '.join(abandoned)}")
             # Their threads are inside calls that cannot be cancelled; the runs are
             # recorded. Leave before the HTTP client closes under them.
             sys.stdout.flush()
