@@ -285,8 +285,10 @@ class QueueWorker:
     """One ``salvagelane worker`` process: runs queued runs until SIGTERM/SIGINT.
 
     Stopping: no new job is fetched; runs in flight get the shutdown timeout, then those
-    still going are marked ``interrupted`` (their raw outputs kept) and the process
-    leaves without waiting for their threads (:attr:`abandoned_runs`).
+    still going are marked ``interrupted`` (their raw outputs kept) and ``abandon`` is
+    called with their ids, at once: their threads are inside calls that cannot be
+    cancelled, so the command line leaves the process there (``os._exit``), before the
+    event loop would wait for those threads and the HTTP client close under them.
     """
 
     def __init__(
@@ -298,10 +300,12 @@ class QueueWorker:
         connector_for: ConnectorFactory,
         sinks_for: SinkFactory,
         announce: Announce = lambda line: None,
+        abandon: Callable[[tuple[str, ...]], None] = lambda runs: None,
         clock: Clock = utc_now,
     ) -> None:
         if problem := settings.problem():
             raise ConfigurationError(f"worker: {problem}")
+        self._abandon = abandon
         self._settings = settings
         self._url = require_postgres(url, "salvagelane worker")
         self._conninfo = _conninfo(self._url)
@@ -414,6 +418,7 @@ class QueueWorker:
                 if marked:
                     log.warning("run.interrupted", reason="shutdown timeout")
         self.abandoned_runs = tuple(sorted(abandoned))
+        self._abandon(self.abandoned_runs)
 
     # --- one job (in a worker thread) ---------------------------------------------------
 

@@ -277,6 +277,48 @@ def run_serve_until_started(row: Row, project: Project, argv: list[str]) -> Resu
     return Result(code, serve.stdout, "\n".join(serve.stderr_lines))
 
 
+def run_worker_until_started(row: Row, project: Project, argv: list[str]) -> Result:
+    """``worker``: wait until it takes runs, then stop it as a supervisor does (SIGTERM)."""
+    worker = ServeProcess(
+        argv[1:],  # ServeProcess adds the subcommand
+        cwd=project.root,
+        env={"SALVAGELANE_DATABASE_URL": project.database},
+        subcommand="worker",
+    )
+    try:
+        worker.wait_for_line(r"^worker: running queued runs", timeout=60)
+        code = worker.stop(signal.SIGTERM, timeout=60)
+    finally:
+        finish(worker)
+    return Result(code, worker.stdout, "\n".join(worker.stderr_lines))
+
+
+def queue_a_run(project: Project) -> None:
+    """A run claimed ``queued`` with its job, as ``serve --dispatch queue`` claims one
+    (``{queued}`` names it)."""
+    from datetime import UTC, datetime
+
+    from salvagelane.definitions import load_instruction
+    from salvagelane.dispatch import QueueDispatch
+    from salvagelane.vocabulary import Trigger
+
+    definition = load_instruction(project.root / "instructions" / "daily-triage.yaml")
+    with Store.open(project.database) as store:
+        dispatch = QueueDispatch(project.database, store)
+        dispatch.open()
+        try:
+            run_id = dispatch.enqueue(
+                definition,
+                scheduled_for=datetime(2026, 11, 23, 5, 20, tzinfo=UTC),
+                trigger=Trigger.SCHEDULE,
+                retry_of=None,
+                now=datetime.now(UTC),
+            )
+        finally:
+            dispatch.close()
+    project.values.update(queued=run_id)
+
+
 def run_ui_until_started(row: Row, project: Project, argv: list[str]) -> Result:
     """``ui``: wait for the URL it prints once it answers, then stop it with Ctrl-C."""
     with subprocess.Popen(
@@ -611,6 +653,21 @@ ROWS: list[Row] = [
         prepare=block_the_sink,
     ),
     row("runs redeliver, no run", "runs redeliver", code=2, err="RUN_ID or", **SQLITE),
+    row(
+        "runs cancel of a queued run",
+        "runs cancel {queued}",
+        code=0,
+        out="cancelled: run {queued} (daily-triage) was queued",
+        changes=True,
+        prepare=queue_a_run,
+        **POSTGRES,
+    ),
+    row(
+        "runs cancel of a run that has ended",
+        "runs cancel {run}",
+        code=2,
+        err="run {run} has ended (partial): nothing to cancel",
+    ),
     # --- quarantine
     row("quarantine list", "quarantine list", code=0, out="truncated  pending"),
     row(
@@ -805,6 +862,30 @@ ROWS: list[Row] = [
         **SQLITE,
     ),
     row("serve --poll 0", "serve --poll 0", code=2, err="--poll", **SQLITE),
+    row(
+        "serve --dispatch queue on SQLite",
+        "serve --instructions instructions --dispatch queue",
+        code=2,
+        err="the task queue needs PostgreSQL",
+        **SQLITE,
+    ),
+    # --- worker
+    row(
+        "worker, stopped by SIGTERM",
+        "worker --instructions instructions",
+        code=0,
+        out="stopped",
+        changes=True,  # installs the task queue's tables
+        runner=run_worker_until_started,
+        **POSTGRES,
+    ),
+    row(
+        "worker on SQLite",
+        "worker --instructions instructions",
+        code=2,
+        err="the task queue needs PostgreSQL",
+        **SQLITE,
+    ),
     # --- a database in a directory this user cannot write
     row(
         "runs list of a database in a read-only directory",

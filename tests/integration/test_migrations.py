@@ -48,7 +48,8 @@ def test_migration_environment_ships_inside_the_package() -> None:
     assert (MIGRATIONS_DIR / "versions" / "0005_outbox_and_bounded_output.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0006_definition_versions.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0007_item_repairs.py").is_file()
-    assert head_revision() == "0007"
+    assert (MIGRATIONS_DIR / "versions" / "0008_queued_runs.py").is_file()
+    assert head_revision() == "0008"
 
 
 def test_the_head_the_code_expects_is_alembic_head() -> None:

@@ -423,3 +423,80 @@ def test_sqlite_refuses_the_queue(project: Project) -> None:
         assert "the task queue needs PostgreSQL" in done.stderr
         assert done.stdout == ""
     assert not (project.root / "salvagelane.db").exists()
+
+
+# --- 6. SIGTERM drains a worker; the deadline holds on it ------------------------------------
+
+
+@pytest.mark.postgres
+def test_sigterm_drains_a_worker_and_the_run_still_going_is_interrupted_then_retried(
+    project: Project, processes: Processes, url: str
+) -> None:
+    with ScriptedServer(then=GOOD_REPORT) as provider:
+        provider.script.append(HANG)
+        project.write_definition(
+            cron="*/2 * * * * *", grace=60, connector=openai_connector(provider.base_url)
+        )
+        draining = processes.worker(
+            project, "--heartbeat", "0.2", "--shutdown-timeout", "1", database=url, env=ENV
+        )
+        leader = processes.serve(project, *LEADER, database=url, env=ENV, name="leader")
+        provider.wait_for_requests(1, timeout=30)
+        (hung,) = [r for r in all_runs(url) if r.status == "running"]
+        assert draining.stop(signal.SIGTERM, timeout=30) == 0, draining.describe()
+        assert draining.stdout_lines[-1] == f"stopped; 1 run(s) marked interrupted: {hung.id}"
+        with Store.open(url) as store:
+            interrupted = store.get_run(hung.id)
+        assert interrupted.status == "interrupted"
+        assert (interrupted.error or "").startswith(
+            "interrupted: the worker stopped (SIGTERM) and the run did not finish within the "
+            "1 s shutdown timeout"
+        )
+
+        fresh = processes.worker(project, *WORKER, database=url, env=ENV, name="fresh")
+        leader.wait_for_event("fire.retry", where=lambda e: e.get("retry_of") == hung.id)
+        runs = wait_for_runs(
+            url,
+            lambda rs: any(r.retry_of == hung.id and r.status not in OPEN for r in rs),
+            timeout=60,
+            what="finished retry",
+        )
+        assert leader.stop(signal.SIGTERM) == 0, leader.describe()
+        wait_for_runs(
+            url, lambda rs: not any(r.status in OPEN for r in rs), timeout=60, what="drained"
+        )
+        assert fresh.stop(signal.SIGTERM) == 0, fresh.describe()
+    (retry,) = [r for r in runs if r.retry_of == hung.id]
+    assert (retry.status, retry.fire_attempt) == ("partial", 2)
+    assert retry.id in started_runs(fresh)
+    draining.assert_quiet("run.interrupted")
+    fresh.assert_quiet()
+    leader.assert_quiet("fire.missed")
+
+
+@pytest.mark.postgres
+def test_the_run_deadline_holds_on_a_worker(
+    project: Project, processes: Processes, url: str
+) -> None:
+    with ScriptedServer(then=HANG) as provider:
+        project.write_definition(
+            cron="*/2 * * * * *",
+            grace=60,
+            deadline=2,
+            connector=openai_connector(provider.base_url),
+        )
+        leader = processes.serve(project, *LEADER, database=url, env=ENV, name="leader")
+        leader.wait_for_event("fire.claimed", timeout=30)
+        assert leader.stop(signal.SIGTERM) == 0, leader.describe()
+        worker = processes.worker(project, *WORKER, database=url, env=ENV, name="worker")
+        runs = wait_for_runs(
+            url,
+            lambda rs: any(r.status == "failed" for r in rs),
+            timeout=60,
+            what="a run failed by its deadline",
+        )
+        assert worker.stop(signal.SIGTERM, timeout=30) == 0, worker.describe()
+    failed = next(r for r in runs if r.status == "failed")
+    with Store.open(url) as store:
+        detail = store.get_run(failed.id)
+    assert (detail.error or "").startswith("deadline: the run's 2 s deadline passed"), detail.error

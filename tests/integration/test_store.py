@@ -348,7 +348,7 @@ def test_statuses_outside_the_vocabulary_are_refused(store: Store) -> None:
     run_id = start(store)
     ok: Any = "ok"  # Any: the point is a caller that type checking does not protect
     running: Any = "running"
-    with pytest.raises(ValueError, match="expected one of failed, interrupted"):
+    with pytest.raises(ValueError, match="expected one of cancelled, failed, interrupted"):
         store.fail_run(run_id, finished_at=LATER, error="x", status=ok)
     with pytest.raises(ValueError, match="expected one of"):
         finish(store, run_id, status=running)

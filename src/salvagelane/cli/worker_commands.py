@@ -88,6 +88,15 @@ def worker_command(
         click.echo(block(text))
         sys.stdout.flush()
 
+    def abandon(runs: tuple[str, ...]) -> None:
+        announce(f"stopped; {len(runs)} run(s) marked interrupted: {', '.join(runs)}")
+        # Their threads are inside calls that cannot be cancelled; the runs are
+        # recorded. Leave now, before anything waits for those threads or closes the
+        # HTTP client under them.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
     with Store.open(url) as store, wired() as wiring:
         recover_spooled(store, url)
         worker = QueueWorker(
@@ -97,6 +106,7 @@ def worker_command(
             connector_for=wiring.connector_for,
             sinks_for=wiring.sinks_for,
             announce=announce,
+            abandon=abandon,
         )
         worker.load()
         announce(
@@ -104,12 +114,4 @@ def worker_command(
             f"(pid {os.getpid()})"
         )
         worker.run()
-        abandoned = worker.abandoned_runs
-        if abandoned:
-            announce(f"stopped; {len(abandoned)} run(s) marked interrupted: {', '.join(abandoned)}")
-            # Their threads are inside calls that cannot be cancelled; the runs are
-            # recorded. Leave before the HTTP client closes under them.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
     announce("stopped")
