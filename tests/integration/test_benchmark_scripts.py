@@ -39,3 +39,18 @@ def test_the_review_page_benchmark_runs_and_times_every_page() -> None:
     printed = run_on_postgres("ui_pages.py")
     for page in ("queue --reason", "item view, 256 KiB output", "run view", "health, all 5"):
         assert page in printed
+
+
+@pytest.mark.postgres
+def test_the_queue_load_benchmark_runs_and_checks_every_fire() -> None:
+    server = os.environ.get(POSTGRES_ENV)
+    if not server:
+        pytest.skip(f"set {POSTGRES_ENV} to run the PostgreSQL benchmark")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "queue_load.py"), "--server", server,
+         "--instructions", "3", "--workers", "1", "--skip-inprocess", "--lead", "5"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "queue-1w" in proc.stdout
+    assert "check: every fire ran exactly once in every scenario" in proc.stdout
