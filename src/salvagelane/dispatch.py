@@ -29,6 +29,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -347,6 +348,12 @@ class QueueWorker:
         app = _app(self._url)
         app.task(name=TASK_NAME, pass_context=True, retry=False)(self._job)
         loop = asyncio.get_running_loop()
+        # Sync jobs run on the loop's default executor: one thread per job at once, and
+        # spare ones, so that the drain's own database writes never wait behind runs
+        # stuck in calls (the default pool is sized by CPUs, not by --concurrency).
+        loop.set_default_executor(
+            ThreadPoolExecutor(max_workers=self._settings.concurrency + 2, thread_name_prefix="run")
+        )
         stopping = asyncio.Event()
 
         def on_stop(sig: signal.Signals) -> None:
