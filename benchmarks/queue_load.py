@@ -230,6 +230,20 @@ def run_scenario(
         engine = sa.create_engine(url)
         memory: dict[str, float] = {}
         try:
+            # Every process must be up before the first fire: a fire passed before the
+            # leader started is not due (its schedule starts then), so it would never run.
+            banners = {label: "worker: running" for label in procs if label != "serve"}
+            banners["serve"] = "leader: scheduling"
+            while not all(
+                banner in (out / f"{name}-{label}.log").read_text(errors="replace")
+                for label, banner in banners.items()
+            ):
+                if datetime.now(UTC) >= target:
+                    raise SystemExit(
+                        f"{name}: the processes were not up {args.lead:g} s after the start "
+                        "(raise --lead)"
+                    )
+                time.sleep(0.5)
             while True:
                 time.sleep(1)
                 for label, proc in procs.items():
@@ -300,6 +314,21 @@ def run_scenario(
     )
 
 
+HEADER = (
+    f"{'dispatch':<12} {'drain s':>8} {'lag p50':>8} {'lag p99':>8} {'runs':>5} "
+    f"{'lost':>5} {'twice':>5} {'429s':>5}  statuses; peak memory per process (MB)"
+)
+
+
+def row(r: Result) -> str:
+    memory = ", ".join(f"{k} {v:.0f}" for k, v in r.memory_mb.items())
+    statuses = " ".join(f"{k} {v}" for k, v in sorted(r.statuses.items()))
+    return (
+        f"{r.name:<12} {r.drain_seconds:>8.1f} {r.lag_p50:>8.1f} {r.lag_p99:>8.1f} "
+        f"{r.runs:>5} {r.lost:>5} {r.twice:>5} {r.throttled:>5}  {statuses}; {memory}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -315,7 +344,7 @@ def main() -> None:
     parser.add_argument("--low", type=float, default=1.0)
     parser.add_argument("--high", type=float, default=2.0)
     parser.add_argument("--rate-429", type=float, default=0.05)
-    parser.add_argument("--lead", type=float, default=15, help="seconds to start processes")
+    parser.add_argument("--lead", type=float, default=90, help="seconds to start processes")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per scenario")
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--skip-inprocess", action="store_true")
@@ -339,20 +368,11 @@ def main() -> None:
     for name, workers in scenarios:
         result = run_scenario(name, server, workers, args, out)
         results.append(result)
-        print(f"  {name}: drained in {result.drain_seconds:.1f} s", flush=True)
+        print(f"  {row(result)}", flush=True)
     print()
-    header = (
-        f"{'dispatch':<12} {'drain s':>8} {'lag p50':>8} {'lag p99':>8} {'runs':>5} "
-        f"{'lost':>5} {'twice':>5} {'429s':>5}  statuses; peak memory per process (MB)"
-    )
-    print(header)
+    print(HEADER)
     for r in results:
-        memory = ", ".join(f"{k} {v:.0f}" for k, v in r.memory_mb.items())
-        statuses = " ".join(f"{k} {v}" for k, v in sorted(r.statuses.items()))
-        print(
-            f"{r.name:<12} {r.drain_seconds:>8.1f} {r.lag_p50:>8.1f} {r.lag_p99:>8.1f} "
-            f"{r.runs:>5} {r.lost:>5} {r.twice:>5} {r.throttled:>5}  {statuses}; {memory}"
-        )
+        print(row(r))
     bad = [r.name for r in results if r.lost or r.twice or not set(r.statuses) <= {"ok", "partial"}]
     if bad:
         print(f"CHECK FAILED: {', '.join(bad)} lost, repeated or failed a fire")

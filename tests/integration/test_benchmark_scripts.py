@@ -48,7 +48,7 @@ def test_the_queue_load_benchmark_runs_and_checks_every_fire() -> None:
         pytest.skip(f"set {POSTGRES_ENV} to run the PostgreSQL benchmark")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "queue_load.py"), "--server", server,
-         "--instructions", "3", "--workers", "1", "--skip-inprocess", "--lead", "5"],
+         "--instructions", "3", "--workers", "1", "--skip-inprocess", "--lead", "20"],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
