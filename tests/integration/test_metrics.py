@@ -228,20 +228,21 @@ def test_a_queued_run_and_waiting_jobs_are_the_queue_depth(
             cursor = connection.connection.cursor()
             cursor.execute(schema.SchemaManager.get_schema())
             cursor.close()
-            for queue, status in [("runs", "todo"), ("runs", "todo"), ("other", "todo")]:
+            for queue, status in [
+                ("runs", "todo"),
+                ("runs", "todo"),
+                ("other", "todo"),
+                ("runs", "doing"),
+                ("runs", "succeeded"),
+            ]:
                 connection.execute(
                     sa.text(
                         "INSERT INTO procrastinate_jobs (queue_name, task_name, status) "
-                        "VALUES (:queue, 'salvagelane.run', CAST(:status AS procrastinate_job_status))"
+                        "VALUES (:queue, 'salvagelane.run', "
+                        "CAST(:status AS procrastinate_job_status))"
                     ),
                     {"queue": queue, "status": status},
                 )
-            connection.execute(
-                sa.text(
-                    "INSERT INTO procrastinate_jobs (queue_name, task_name, status) "
-                    "VALUES ('runs', 'salvagelane.run', 'succeeded')"
-                )
-            )
         scraped = scrape(endpoint.url)
         assert scraped.by("salvagelane_queue_depth", "source") == {
             ("runs",): 1,
