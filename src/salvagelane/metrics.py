@@ -22,6 +22,7 @@ otherwise: ``serve --metrics-port`` calls it, and a worker command calls it the 
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -34,6 +35,7 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Histogram,
+    disable_created_metrics,
     start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -86,6 +88,10 @@ class Metrics:
     """
 
     def __init__(self, *, state: StateReader | None = None, process: bool = True) -> None:
+        # No `_created` series beside each counter and histogram: they double the lines
+        # of a scrape and say only when the process first counted. (A switch of the
+        # library, for the process: this module is its only user.)
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
         self._fires = Counter(
@@ -305,6 +311,16 @@ class MetricsEndpoint:
     port: int
     server: WSGIServer
     thread: threading.Thread
+
+    @property
+    def loopback(self) -> bool:
+        """Whether only this machine can reach the endpoint."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host.strip("[]")).is_loopback
+        except ValueError:
+            return False
 
     @property
     def url(self) -> str:

@@ -202,6 +202,15 @@ def _serve(
             endpoint = expose(port, host, registry=collected.registry)
             serving.callback(endpoint.close)
             metrics_url = endpoint.url
+            if not endpoint.loopback:
+                click.echo(
+                    block(
+                        f"warning: metrics listen on {host}, not 127.0.0.1: anyone who can "
+                        "reach it reads them (instruction ids, run counts); there is no "
+                        "authentication"
+                    ),
+                    err=True,
+                )
 
         def on_stop(signum: int, frame: FrameType | None) -> None:
             service.request_stop(signal.Signals(signum).name)
