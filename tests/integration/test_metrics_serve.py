@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -110,3 +111,21 @@ def test_serve_exposes_metrics_that_equal_the_database(
 
     assert serve.stop(signal.SIGINT) == 0, serve.describe()
     serve.assert_quiet("fire.missed")
+
+
+def test_a_metrics_port_in_use_stops_serve_before_its_banner(
+    project: Project, processes: Processes
+) -> None:
+    project.write_definition()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        serve = processes.serve(project, "--metrics-port", str(port))
+        assert serve.wait(timeout=60) == 2, serve.describe()
+    assert serve.stdout == "", serve.describe()  # not even the start-up banner
+    assert (
+        f"salvagelane: error: metrics: cannot listen on 127.0.0.1:{port}: Address already in use"
+        in "\n".join(serve.stderr_lines)
+    ), serve.describe()
+    assert all_runs(project.database_url) == []
