@@ -21,9 +21,10 @@ from salvagelane.connectors.replay import ReplayConnector
 from salvagelane.errors import ConfigurationError
 from salvagelane.executor import Executor
 from salvagelane.metrics import Metrics, MetricsEndpoint, expose
-from salvagelane.store import Store
-from salvagelane.vocabulary import Trigger
+from salvagelane.store import ReportItemRecord, Store
+from salvagelane.vocabulary import RunStatus, Trigger
 from tests.support.cli import FIXTURE
+from tests.support.history import seed
 from tests.support.metrics import database_figures, scrape
 from tests.support.provider import Scripted, ScriptedServer
 from tests.support.run_setup import (
@@ -310,3 +311,46 @@ def test_the_registry_is_the_process_s_own(store: Store) -> None:
     )
     # The process collectors are there (memory per process, for the load benchmark).
     assert first.registry.get_sample_value("process_resident_memory_bytes") is not None
+
+
+def test_the_last_clean_run_is_the_one_health_calls_clean(
+    store: Store, endpoint: MetricsEndpoint
+) -> None:
+    clean_fire = FIRE - timedelta(days=1)
+    seed(store, at=clean_fire, status=RunStatus.OK, instruction_id="daily-triage")
+    # Today's fire was repaired by an operator: ok, but not clean.
+    repaired = seed(
+        store, at=FIRE, status=RunStatus.PARTIAL, instruction_id="daily-triage", reasons=("schema",)
+    )
+    (held,) = store.get_run(repaired).quarantined
+    approval = store.quarantine.approve_quarantined(
+        held.id,
+        item=ReportItemRecord(
+            source_index=1, data={"a": 3}, span_start=None, span_end=None, origin="operator"
+        ),
+        expected_items=1,
+        actor="alice",
+        note=None,
+        now=FIRE + timedelta(minutes=5),
+    )
+    assert approval.status == "ok"
+    # A manual run that ended ok has no fire to be clean for.
+    seed(
+        store,
+        at=FIRE + timedelta(hours=1),
+        status=RunStatus.OK,
+        instruction_id="daily-triage",
+        trigger=Trigger.MANUAL,
+    )
+
+    scraped = scrape(endpoint.url)
+
+    health = store.health.instruction_health("daily-triage", now=FIRE + timedelta(hours=2))
+    assert health.streak.broken_by is not None
+    assert health.streak.broken_by.id == repaired
+    assert health.streak.count == 0
+    assert scraped.by("salvagelane_last_clean_run_timestamp_seconds", "instruction") == {
+        ("daily-triage",): clean_fire.timestamp()
+    }
+    assert scraped.by("salvagelane_runs", "status") == {("ok",): 3}
+    assert scraped.by("salvagelane_quarantine_pending", "reason") == {}

@@ -132,17 +132,19 @@ def _queue_jobs(session: Session) -> dict[str, int] | None:
 
 
 def _last_clean(session: Session) -> dict[str, datetime]:
+    # NOT IN over the few runs an operator approved an item into (a set built once),
+    # rather than NOT EXISTS per ok run: a fraction of the cost on a long history.
     approved = (
-        sa.select(ReportItemRow.id)
-        .join(ReportRow, ReportRow.id == ReportItemRow.report_id)
-        .where(ReportRow.run_id == RunRow.id, ReportItemRow.origin == ItemOrigin.OPERATOR)
+        sa.select(ReportRow.run_id)
+        .join(ReportItemRow, ReportItemRow.report_id == ReportRow.id)
+        .where(ReportItemRow.origin == ItemOrigin.OPERATOR)
     )
     rows = session.execute(
         sa.select(RunRow.instruction_id, sa.func.max(RunRow.scheduled_for))
         .where(
             RunRow.status == RunStatus.OK,
             RunRow.trigger.in_([str(t) for t in SCHEDULED_TRIGGERS]),
-            ~approved.exists(),
+            RunRow.id.not_in(approved),
         )
         .group_by(RunRow.instruction_id)
     ).tuples()
