@@ -135,7 +135,8 @@ class Service:
     :class:`~salvagelane.executor.Executor`); ``announce`` prints human lines (the
     schedule table, standby and stop notices), the table as ``render_schedule`` lays it
     out (without it the leader's banner only counts the instructions); ``clock`` is the
-    wall clock.
+    wall clock; ``telemetry`` is told of every fire and passed to every run's executor
+    (``serve --metrics-port``: :class:`salvagelane.metrics.Metrics`).
     """
 
     def __init__(

@@ -3,8 +3,8 @@
 Reached through :attr:`Store.state <salvagelane.store.Store.state>`. :mod:`salvagelane.metrics`
 reads one :class:`StoreState` per scrape, so the gauges equal what every other view of the
 database shows, whichever process wrote the rows and however often the processes
-restarted. Every figure is one aggregate query (``GROUP BY``), on indexed columns where
-the filter is selective: no row is read into Python.
+restarted. Every figure is one aggregate query (``GROUP BY``): no row is read into
+Python. What a read costs on a long history: ADR 0014 and ``benchmarks/metrics_state.py``.
 
 - **runs**: runs per (instruction, status), every status the table holds, read as plain
   text so that a status a newer salvagelane writes (``queued``) is counted, not refused.
