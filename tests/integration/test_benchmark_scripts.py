@@ -39,3 +39,11 @@ def test_the_review_page_benchmark_runs_and_times_every_page() -> None:
     printed = run_on_postgres("ui_pages.py")
     for page in ("queue --reason", "item view, 256 KiB output", "run view", "health, all 5"):
         assert page in printed
+
+
+@pytest.mark.postgres
+def test_the_metrics_state_benchmark_runs_and_times_every_query() -> None:
+    printed = run_on_postgres("metrics_state.py")
+    assert "300 quarantined items in 15 runs, plus 300 scheduled runs" in printed
+    for query in ("_runs_by_status", "_pending_quarantine", "_last_clean"):
+        assert printed.count(query) == 2, printed  # PostgreSQL and SQLite

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -19,6 +20,7 @@ from salvagelane.serve_settings import DEFAULT_SETTINGS as DEFAULTS
 from salvagelane.serve_settings import ServeSettings
 
 if TYPE_CHECKING:
+    from salvagelane.metrics import Metrics
     from salvagelane.store import LeaderLock
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -72,6 +74,21 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
     type=click.IntRange(min=1),
     help="Runs of different instructions that may execute at once.",
 )
+@click.option(
+    "--metrics-port",
+    default=None,
+    type=click.IntRange(min=0, max=65535),
+    metavar="PORT",
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: a free port, printed "
+    "at start). Off by default.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    metavar="HOST",
+    help="The address the metrics endpoint listens on (it has no authentication).",
+)
 def serve_command(
     instructions_dir: Path,
     database: str | None,
@@ -80,6 +97,8 @@ def serve_command(
     heartbeat_seconds: float,
     stale_after_seconds: float,
     max_workers: int,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Run every instruction on its schedule until stopped (SIGTERM or Ctrl-C).
 
@@ -91,6 +110,9 @@ def serve_command(
     missed. Every fire is claimed in the database first, so none runs twice.
 
     SIGHUP reloads the definitions; one that no longer loads keeps its previous version.
+
+    With --metrics-port the node serves Prometheus metrics (README, "Metrics") for as long
+    as it runs, leading or standing by.
     """
     from salvagelane import environment
     from salvagelane.store import PostgresLeaderLock, SqliteServeLock, leader_lock_for
@@ -117,21 +139,47 @@ def serve_command(
         # opens the database, imports the spool or prints anything as if it had started.
         lock.acquire()
     try:
-        _serve(settings, url, lock, instructions_dir)
+        _serve(
+            settings,
+            url,
+            lock,
+            instructions_dir,
+            metrics_at=_metrics_at(metrics_port, metrics_host),
+        )
     finally:
         lock.release()
 
 
-def _serve(settings: ServeSettings, url: str, lock: LeaderLock, instructions_dir: Path) -> None:
+def _metrics_at(port: int | None, host: str) -> tuple[str, int] | None:
+    return None if port is None else (host, port)
+
+
+def _serve(
+    settings: ServeSettings,
+    url: str,
+    lock: LeaderLock,
+    instructions_dir: Path,
+    *,
+    metrics_at: tuple[str, int] | None = None,
+) -> None:
     from salvagelane.service import Service
     from salvagelane.store import Store
+    from salvagelane.telemetry import NO_TELEMETRY, RunObserver
 
     def announce(text: str) -> None:
         click.echo(block(text))  # may quote a definition's file or a database error
         sys.stdout.flush()  # a pipe (a supervisor, a test) sees each line as it happens
 
-    with Store.open(url) as store, wired() as wiring:
+    with Store.open(url) as store, wired() as wiring, ExitStack() as serving:
         recover_spooled(store, url)
+        telemetry: RunObserver = NO_TELEMETRY
+        collected: Metrics | None = None
+        if metrics_at is not None:
+            # Imported only here: a serve without metrics loads no prometheus_client.
+            from salvagelane.metrics import Metrics
+
+            collected = Metrics(state=store.state)
+            telemetry = collected
         service = Service(
             settings,
             store=store,
@@ -140,10 +188,29 @@ def _serve(settings: ServeSettings, url: str, lock: LeaderLock, instructions_dir
             sinks_for=wiring.sinks_for,
             announce=announce,
             render_schedule=render_schedule_table,
+            telemetry=telemetry,
         )
         # Before the banner: a directory where nothing loads stops here, not after
         # "salvagelane serve: ..." has told a supervisor that it started.
         service.load()
+        metrics_url = None
+        if collected is not None and metrics_at is not None:
+            # Before the banner too: a port in use stops the node before it says it started.
+            from salvagelane.metrics import expose
+
+            host, port = metrics_at
+            endpoint = expose(port, host, registry=collected.registry)
+            serving.callback(endpoint.close)
+            metrics_url = endpoint.url
+            if not endpoint.loopback:
+                click.echo(
+                    block(
+                        f"warning: metrics listen on {host}, not 127.0.0.1: anyone who can "
+                        "reach it reads them (instruction ids, run counts); there is no "
+                        "authentication"
+                    ),
+                    err=True,
+                )
 
         def on_stop(signum: int, frame: FrameType | None) -> None:
             service.request_stop(signal.Signals(signum).name)
@@ -158,6 +225,8 @@ def _serve(settings: ServeSettings, url: str, lock: LeaderLock, instructions_dir
                 f"salvagelane serve: {store.url}, definitions from {instructions_dir}/ "
                 f"(pid {os.getpid()})"
             )
+            if metrics_url is not None:
+                announce(f"metrics: {metrics_url}")
             service.serve()
         finally:
             for sig, handler in previous.items():

@@ -29,6 +29,7 @@ from salvagelane.store.leadership import (
 )
 from salvagelane.store.repository import Store
 from salvagelane.store.review import QuarantineLane
+from salvagelane.store.state import StateReader, StoreState
 from salvagelane.store.values import (
     ApprovalView,
     AttemptView,
@@ -82,7 +83,9 @@ __all__ = [
     "RunSummary",
     "SinkDeliveryView",
     "SqliteServeLock",
+    "StateReader",
     "Store",
+    "StoreState",
     "bound_raw",
     "current_revision",
     "database_url",
