@@ -78,6 +78,7 @@ from salvagelane.store import (
     bound_raw,
 )
 from salvagelane.store.spool import Spool, SpooledAttempt
+from salvagelane.telemetry import NO_TELEMETRY, RunObserver, error_kind, usage_tokens
 from salvagelane.vocabulary import Clock, ItemOrigin, ReviewStatus, RunStatus, Trigger, utc_now
 
 if TYPE_CHECKING:
@@ -180,9 +181,11 @@ class Executor:
         spool: Spool | None = None,
         delivery_policy: DeliveryPolicy = DEFAULT_POLICY,
         should_stop: StopRequest | None = None,
+        telemetry: RunObserver = NO_TELEMETRY,
     ):
         self._store = store
         self._should_stop = should_stop
+        self._telemetry = telemetry  # told each run's events (metrics, issue 17)
         # Where an attempt goes when the database refuses it; by default the spool
         # directory the environment names for this database.
         self._spool = spool
@@ -223,6 +226,7 @@ class Executor:
         otherwise; its raw outputs are stored either way.
         """
         started = self._clock()
+        began = self._monotonic()  # telemetry: the run's duration
         unreadable: DefinitionError | None = None
         snapshot: DefinitionSnapshot | None = None
         try:
@@ -268,6 +272,15 @@ class Executor:
             )
         if self._on_claimed is not None:
             self._on_claimed(run_id)
+        # --- telemetry (issue 17) ---
+        self._telemetry.run_started(
+            instruction_id=instruction.id,
+            trigger=trigger,
+            scheduled_for=scheduled_for,
+            started_at=started,
+            retry_of=retry_of,
+        )
+        # --- end telemetry ---
         state = _RunState(run_id=run_id)
         with bound(run_id=run_id, instruction=instruction.id):
             log.info(
@@ -312,9 +325,27 @@ class Executor:
                     finished_at=self._clock(),
                     error=scrub_text(f"internal error: {type(exc).__name__}: {exc}"),
                 )
+                # --- telemetry (issue 17) ---
+                self._telemetry.run_finished(
+                    instruction_id=instruction.id,
+                    status=RunStatus.FAILED,
+                    seconds=self._monotonic() - began,
+                    kept=0,
+                    quarantined={},
+                )
+                # --- end telemetry ---
                 raise
             if state.claims:
                 outcome = self._deliver(state, outcome)
+            # --- telemetry (issue 17) ---
+            self._telemetry.run_finished(
+                instruction_id=instruction.id,
+                status=outcome.status,
+                seconds=self._monotonic() - began,
+                kept=outcome.kept,
+                quarantined=outcome.quarantined,
+            )
+            # --- end telemetry ---
             log.info(
                 "run.finished",
                 status=outcome.status,
@@ -390,19 +421,45 @@ class Executor:
                 max_output_bytes=instruction.guardrails.max_output_bytes,
             )
             started = self._clock()
+            call_began = self._monotonic()  # telemetry: the call's duration
             try:
                 completion = connector.complete(request)
             except ConnectorError as exc:
+                # --- telemetry (issue 17) ---
+                self._telemetry.model_call(
+                    instruction_id=instruction.id,
+                    seconds=self._monotonic() - call_began,
+                    outcome="error",
+                )
+                self._telemetry.provider_error(
+                    instruction_id=instruction.id,
+                    kind=error_kind(
+                        exc.status if isinstance(exc, ProviderError) else None,
+                        provider=isinstance(exc, ProviderError),
+                    ),
+                )
+                # --- end telemetry ---
                 attempt = self._store_failed_call(instruction, state, number, request, exc, started)
                 trigger = _provider_trigger(exc)
                 if not wants_retry(trigger, enabled=enabled, attempts_left=attempts_left):
                     break
+                self._telemetry.retry(instruction_id=instruction.id, cause=str(trigger))
                 log.info("attempt.retry", attempt=number, trigger=str(trigger))
                 correction = correction_prompt(
                     None, finish_reason=None, provider_error=attempt.provider_error
                 )
                 continue
 
+            # --- telemetry (issue 17) ---
+            self._telemetry.model_call(
+                instruction_id=instruction.id, seconds=self._monotonic() - call_began, outcome="ok"
+            )
+            self._telemetry.tokens(
+                instruction_id=instruction.id,
+                prompt=usage_tokens(completion.usage, "prompt_tokens"),
+                completion=usage_tokens(completion.usage, "completion_tokens"),
+            )
+            # --- end telemetry ---
             # A key echoed in the answer is redacted before anything stores or parses it.
             completion, redactions = _redacted(completion)
             attempt = self._store_completion(
@@ -438,6 +495,7 @@ class Executor:
                     factor=retry.length_budget_factor,
                     ceiling=ceiling,
                 )
+            self._telemetry.retry(instruction_id=instruction.id, cause=str(trigger))
             log.info(
                 "attempt.retry", attempt=number, trigger=str(trigger), max_output_tokens=budget
             )

@@ -54,6 +54,7 @@ from salvagelane.scheduler import (
 )
 from salvagelane.serve_settings import ServeSettings
 from salvagelane.store import LeaderLock, Store
+from salvagelane.telemetry import NO_TELEMETRY, RunObserver
 from salvagelane.vocabulary import Clock, Trigger, utc_now
 
 __all__ = [
@@ -161,7 +162,8 @@ class Service:
     :class:`~salvagelane.executor.Executor`); ``announce`` prints human lines (the
     schedule table, standby and stop notices), the table as ``render_schedule`` lays it
     out (without it the leader's banner only counts the instructions); ``clock`` is the
-    wall clock.
+    wall clock; ``telemetry`` is told of every fire and passed to every run's executor
+    (``serve --metrics-port``: :class:`salvagelane.metrics.Metrics`).
     """
 
     def __init__(
@@ -175,6 +177,7 @@ class Service:
         announce: Announce = lambda line: None,
         render_schedule: RenderSchedule | None = None,
         clock: Clock = utc_now,
+        telemetry: RunObserver = NO_TELEMETRY,
         dispatch: Dispatch | None = None,
     ) -> None:
         if problem := settings.problem():
@@ -188,6 +191,7 @@ class Service:
         self._announce = announce
         self._render_schedule = render_schedule
         self._clock = clock
+        self._telemetry = telemetry  # told of fires, and passed to each run (issue 17)
         self._flags = _Flags()
         self._guard = threading.Lock()
         self._definitions: Mapping[str, Instruction] = {}
@@ -612,6 +616,7 @@ class Service:
                 log.warning("fire.unknown", **fields)
                 return
             log.info("fire", **fields)
+            self._telemetry.fired(instruction_id=instruction_id, trigger=trigger)
             if self._dispatch is not None:
                 self._enqueue(self._dispatch, instruction, scheduled_for, trigger, retry_of, fields)
                 return
@@ -655,6 +660,7 @@ class Service:
             sinks_for=self._sinks_for,
             heartbeat_seconds=self._settings.heartbeat_seconds,
             on_claimed=on_claimed,
+            telemetry=self._telemetry,
         )
         try:
             executor.run(

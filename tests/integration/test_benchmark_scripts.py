@@ -54,3 +54,11 @@ def test_the_queue_load_benchmark_runs_and_checks_every_fire() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "queue-1w" in proc.stdout
     assert "check: every fire ran exactly once in every scenario" in proc.stdout
+
+
+@pytest.mark.postgres
+def test_the_metrics_state_benchmark_runs_and_times_every_query() -> None:
+    printed = run_on_postgres("metrics_state.py")
+    assert "300 quarantined items in 15 runs, plus 300 scheduled runs" in printed
+    for query in ("_runs_by_status", "_pending_quarantine", "_last_clean"):
+        assert printed.count(query) == 2, printed  # PostgreSQL and SQLite

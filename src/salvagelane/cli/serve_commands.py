@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -22,6 +22,7 @@ from salvagelane.serve_settings import ServeSettings
 
 if TYPE_CHECKING:
     from salvagelane.dispatch import QueueDispatch
+    from salvagelane.metrics import Metrics
     from salvagelane.store import LeaderLock, Store
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -83,6 +84,21 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
     help="Where runs execute: in this process, or (PostgreSQL) through the task queue, by "
     "`salvagelane worker` processes on any machine.",
 )
+@click.option(
+    "--metrics-port",
+    default=None,
+    type=click.IntRange(min=0, max=65535),
+    metavar="PORT",
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: a free port, printed "
+    "at start). Off by default.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    metavar="HOST",
+    help="The address the metrics endpoint listens on (it has no authentication).",
+)
 def serve_command(
     instructions_dir: Path,
     database: str | None,
@@ -92,6 +108,8 @@ def serve_command(
     stale_after_seconds: float,
     max_workers: int,
     dispatch: str,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Run every instruction on its schedule until stopped (SIGTERM or Ctrl-C).
 
@@ -106,6 +124,9 @@ def serve_command(
 
     With --dispatch queue (PostgreSQL) the leader claims each fire and enqueues its run
     in one transaction, and `salvagelane worker` processes execute the runs.
+
+    With --metrics-port the node serves Prometheus metrics (README, "Metrics") for as long
+    as it runs, leading or standing by.
     """
     from salvagelane import environment
     from salvagelane.store import PostgresLeaderLock, SqliteServeLock, leader_lock_for
@@ -136,23 +157,50 @@ def serve_command(
         # opens the database, imports the spool or prints anything as if it had started.
         lock.acquire()
     try:
-        _serve(settings, url, lock, instructions_dir, queue=dispatch == "queue")
+        _serve(
+            settings,
+            url,
+            lock,
+            instructions_dir,
+            metrics_at=_metrics_at(metrics_port, metrics_host),
+            queue=dispatch == "queue",
+        )
     finally:
         lock.release()
 
 
+def _metrics_at(port: int | None, host: str) -> tuple[str, int] | None:
+    return None if port is None else (host, port)
+
+
 def _serve(
-    settings: ServeSettings, url: str, lock: LeaderLock, instructions_dir: Path, *, queue: bool
+    settings: ServeSettings,
+    url: str,
+    lock: LeaderLock,
+    instructions_dir: Path,
+    *,
+    metrics_at: tuple[str, int] | None = None,
+    queue: bool = False,
 ) -> None:
     from salvagelane.service import Service
     from salvagelane.store import Store
+    from salvagelane.telemetry import NO_TELEMETRY, RunObserver
 
     def announce(text: str) -> None:
         click.echo(block(text))  # may quote a definition's file or a database error
         sys.stdout.flush()  # a pipe (a supervisor, a test) sees each line as it happens
 
-    with Store.open(url) as store, wired() as wiring, _dispatch(url, store, queue) as dispatch:
+    with Store.open(url) as store, wired() as wiring, ExitStack() as serving:
+        dispatch = serving.enter_context(_dispatch(url, store, queue))
         recover_spooled(store, url)
+        telemetry: RunObserver = NO_TELEMETRY
+        collected: Metrics | None = None
+        if metrics_at is not None:
+            # Imported only here: a serve without metrics loads no prometheus_client.
+            from salvagelane.metrics import Metrics
+
+            collected = Metrics(state=store.state)
+            telemetry = collected
         service = Service(
             settings,
             store=store,
@@ -162,10 +210,29 @@ def _serve(
             announce=announce,
             render_schedule=render_schedule_table,
             dispatch=dispatch,
+            telemetry=telemetry,
         )
         # Before the banner: a directory where nothing loads stops here, not after
         # "salvagelane serve: ..." has told a supervisor that it started.
         service.load()
+        metrics_url = None
+        if collected is not None and metrics_at is not None:
+            # Before the banner too: a port in use stops the node before it says it started.
+            from salvagelane.metrics import expose
+
+            host, port = metrics_at
+            endpoint = expose(port, host, registry=collected.registry)
+            serving.callback(endpoint.close)
+            metrics_url = endpoint.url
+            if not endpoint.loopback:
+                click.echo(
+                    block(
+                        f"warning: metrics listen on {host}, not 127.0.0.1: anyone who can "
+                        "reach it reads them (instruction ids, run counts); there is no "
+                        "authentication"
+                    ),
+                    err=True,
+                )
 
         def on_stop(signum: int, frame: FrameType | None) -> None:
             service.request_stop(signal.Signals(signum).name)
@@ -181,6 +248,8 @@ def _serve(
                 f"(pid {os.getpid()})"
                 + ("; runs go to the task queue" if dispatch is not None else "")
             )
+            if metrics_url is not None:
+                announce(f"metrics: {metrics_url}")
             service.serve()
         finally:
             for sig, handler in previous.items():

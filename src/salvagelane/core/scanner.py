@@ -28,95 +28,31 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from salvagelane.core import lexis
+from salvagelane.core.placement import ListBounds, place
 from salvagelane.core.records import Span
+from salvagelane.core.scan_values import (
+    Anomaly,
+    AnomalyKind,
+    Candidate,
+    Closure,
+    EnvelopeField,
+    ItemsPath,
+    ScanResult,
+    parse_items_path,
+)
 
-ItemsPath = tuple[str, ...]
-"""Keys from the document root to the items array; empty: the document is the array."""
-
-
-class Closure(enum.StrEnum):
-    """How a scanned value ended."""
-
-    CLOSED = "closed"  # reached its own end; may still be malformed inside
-    TRUNCATED = "truncated"  # the text ended while the value was open
-    BROKEN = "broken"  # the scanner saw damage it had to step over or cut at
-
-
-class AnomalyKind(enum.StrEnum):
-    """Structure the scanner tolerated; the value is the word the result's notes show."""
-
-    LEADING_TEXT = "leading_text"  # text before the report
-    TRAILING_TEXT = "trailing_text"  # text after the report
-    MISSING_COMMA = "missing_comma"
-    TRAILING_COMMA = "trailing_comma"
-    EXTRA_COMMA = "extra_comma"
-    MISSING_COLON = "missing_colon"
-    SKIPPED_TEXT = "skipped_text"  # damage between envelope members, stepped over
-    ITEMS_AFTER_REPORT = "items_after_report"  # the list was closed early by damage
-    STRAY_BRACKET = "stray_bracket"
-    STRAY_BRACE = "stray_brace"
-    UNCLOSED_ITEMS = "unclosed_items"  # the envelope went on without closing the list
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Candidate:
-    """One item candidate inside the items container."""
-
-    index: int
-    span: Span
-    closure: Closure
-    depth: int  # containers nested in the span; the item object itself is 1
-    defect: str = ""  # what the scanner saw, for the correction signal
-    stray: bool = False  # text between items that does not start a JSON value
-
-    @property
-    def complete(self) -> bool:
-        return self.closure is Closure.CLOSED
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class EnvelopeField:
-    """A member of the root object (or of an object on the items path)."""
-
-    path: tuple[str, ...]
-    span: Span
-    closure: Closure
-    depth: int
-    defect: str = ""
-    conflict: str = ""  # why this member cannot be taken as the envelope's value
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Anomaly:
-    """Structure the scanner tolerated: worth a note, costs no item."""
-
-    kind: AnomalyKind
-    span: Span
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ScanResult:
-    items_path: ItemsPath
-    root: Span | None
-    container: Span | None
-    container_closed: bool
-    candidates: tuple[Candidate, ...]
-    envelope: tuple[EnvelopeField, ...]
-    truncated: bool
-    anomalies: tuple[Anomaly, ...]
-    steps: int
-
-    @property
-    def items_found(self) -> bool:
-        return self.container is not None
-
-
-def parse_items_path(dotted: str) -> ItemsPath:
-    """``"data.items"`` -> ``("data", "items")``; ``""`` -> ``()``."""
-    dotted = dotted.strip()
-    if not dotted:
-        return ()
-    return tuple(dotted.split("."))
+__all__ = [
+    "Anomaly",
+    "AnomalyKind",
+    "Candidate",
+    "Closure",
+    "EnvelopeField",
+    "ItemsPath",
+    "ScanResult",
+    "bracket_extent",
+    "parse_items_path",
+    "scan",
+]
 
 
 def scan(text: str, items_path: ItemsPath) -> ScanResult:
@@ -202,6 +138,7 @@ class _Scanner:
         self._strict_dead = (-1, -1)
         self._items_indent: int | None = None  # indentation of laid-out items, once seen
         self._array_is_document = False  # the items array is the whole document
+        self._nested_anchor = -1  # a signature read as a damaged item's sub-object
 
     # ----------------------------------------------------------------- driver
 
@@ -233,6 +170,15 @@ class _Scanner:
             self._hold_objects_outside(end, self.n, "after")
         # Text outside the report is looked at last; candidates are numbered in text order.
         candidates = sorted(self.candidates, key=lambda c: c.span.start)
+        if self.container is not None and root is not None:
+            closed = self.container_closed and self.container.end <= self.n
+            bounds = ListBounds(
+                start=self.container.start,
+                close=self.container.end - 1 if closed else self.container.end,
+                report_end=root.end,
+                enclosing=1 + len(self.path),
+            )
+            candidates = list(place(self.text, candidates, bounds))
         return ScanResult(
             items_path=self.path,
             root=root,
@@ -646,7 +592,11 @@ class _Scanner:
                 )
             char = text[pos]
             if char == "{" or char == "[":
-                if anchor == pos and self._starts_another_item(pos, stack):
+                if (
+                    anchor == pos
+                    and pos != self._nested_anchor
+                    and self._starts_another_item(pos, stack)
+                ):
                     return self._cut(start, pos, depth, "item not closed before the next item")
                 stack.append(char)
                 open_counts[char] += 1
@@ -671,7 +621,20 @@ class _Scanner:
                 if kind is _CUT and anchor < n:
                     # A string that would run across the next item's signature: in valid
                     # JSON no string holds an unescaped `{"key":`, so quotes are out of step.
-                    return self._cut(start, anchor, depth, "item not closed before the next item")
+                    nested = self._nested_reading(stack, pos, anchor)
+                    if nested is None:
+                        return self._cut(
+                            start, anchor, depth, "item not closed before the next item"
+                        )
+                    # The signature may be a sub-object of this damaged item: it stays
+                    # inside the item (and is quarantined with it), never an item itself.
+                    stack = nested
+                    open_counts = {"{": stack.count("{"), "[": stack.count("[")}
+                    depth = max(depth, len(stack) + 1)
+                    defect = defect or f"quotes out of step before offset {anchor}"
+                    self._nested_anchor = anchor
+                    pos = anchor
+                    continue
                 if kind is _CUT:
                     # The text ends inside this string: a cut, whatever closers it holds.
                     return _Value(
@@ -683,6 +646,32 @@ class _Scanner:
                 # over it alone (its line is now a dead region, read as plain text), so
                 # the count resynchronises at the next line.
                 pos = end if kind is _STRING else pos + 1
+
+    def _nested_reading(self, stack: list[str], quote: int, anchor: int) -> list[str] | None:
+        """The open containers at ``anchor`` if the string cut there is read as structure.
+
+        Quotes out of step mean the text from ``quote`` to ``anchor`` may be structure the
+        scan took for a string (a dropped quote flips the reading): its brackets are
+        applied to ``stack``. If the item is still open there and the grammar allows a
+        value at ``anchor`` (after ``[``, ``,`` in an array, or ``:``), the signature
+        could be a sub-object: the stack is returned. None: it can only be a new item.
+        """
+        nested = list(stack)
+        for char in self.text[quote:anchor]:
+            if char in "{[":
+                nested.append(char)
+            elif char in "}]":
+                if not nested:
+                    return None
+                nested.pop()
+        if not nested:
+            return None
+        before = self._prev_char(anchor)
+        if nested[-1] == "[" and before in ("[", ","):
+            return nested
+        if nested[-1] == "{" and before == ":":
+            return nested
+        return None
 
     def _cut(self, start: int, at: int, depth: int, defect: str) -> _Value:
         return _Value(

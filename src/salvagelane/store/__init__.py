@@ -30,6 +30,7 @@ from salvagelane.store.leadership import (
 from salvagelane.store.queued import QueuedRun, QueuedRuns
 from salvagelane.store.repository import Store
 from salvagelane.store.review import QuarantineLane
+from salvagelane.store.state import StateReader, StoreState
 from salvagelane.store.values import (
     ApprovalView,
     AttemptView,
@@ -85,7 +86,9 @@ __all__ = [
     "RunSummary",
     "SinkDeliveryView",
     "SqliteServeLock",
+    "StateReader",
     "Store",
+    "StoreState",
     "bound_raw",
     "current_revision",
     "database_url",

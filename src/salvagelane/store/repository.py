@@ -61,6 +61,7 @@ from salvagelane.store.models import (
 from salvagelane.store.queued import QueuedRuns
 from salvagelane.store.review import QuarantineLane
 from salvagelane.store.spool import Imported, SpooledAttempt
+from salvagelane.store.state import StateReader
 from salvagelane.store.values import (
     ClaimedDelivery,
     DefinitionRecord,
@@ -171,6 +172,12 @@ class Store:
     def health(self) -> HealthReader:
         """Run health per instruction: streaks, rates, reasons and tokens over time."""
         return HealthReader(self._transaction, self.url)
+
+    @property
+    def state(self) -> StateReader:
+        """What the database holds now, counted (runs by status, the pending quarantine,
+        open deliveries, queue depth): what the metrics gauges show."""
+        return StateReader(self._transaction)
 
     def close(self) -> None:
         """Close every pooled connection."""

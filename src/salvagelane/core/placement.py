@@ -1,0 +1,159 @@
+"""Placement: an item candidate is accepted only where it is certainly at the items' depth.
+
+Damage that puts quotes out of step (a dropped or extra quote, a lost escape) can end
+an item early in the scanner's reading: the rest of that item, nested objects with the
+items' own keys among them, then lies between the items and looks like more items.
+A sub-finding of a damaged finding accepted as a ranked finding is a wrong item in the
+report, worse than a lost one (ADR 0002, "Placement").
+
+The check reads the brackets a second way, ignoring quotes altogether (the *raw*
+reading), from each candidate that may be out of step: one that did not close cleanly,
+or whose raw brackets do not balance. While the raw reading keeps that candidate open,
+the candidates after it form a *run*. If text between the items then closes what the
+candidate left open (stray ``]``/``}`` the scanner stepped over, or the list's own
+``]`` followed by more items), the raw reading was the right one: the run's candidates
+were nested in the damaged one and are quarantined, never accepted. A run that the
+list simply ends keeps its items: the imbalance was brackets inside strings.
+
+Linear: each character is counted once, with ``str.count`` over spans and gaps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from salvagelane.core.scan_values import Candidate, Closure
+
+_OPENERS = ("{", "[")
+_CLOSERS = ("}", "]")
+
+
+def raw_balance(text: str, start: int, end: int) -> int:
+    """Openers minus closers in ``text[start:end]``, quotes ignored."""
+    if end <= start:
+        return 0
+    opened = sum(text.count(c, start, end) for c in _OPENERS)
+    return opened - sum(text.count(c, start, end) for c in _CLOSERS)
+
+
+def _suspect(text: str, candidate: Candidate) -> bool:
+    if candidate.closure is Closure.TRUNCATED:
+        return False  # nothing follows a cut: there is no run to place
+    if candidate.stray or candidate.closure is not Closure.CLOSED:
+        return True
+    return raw_balance(text, candidate.span.start, candidate.span.end) != 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ListBounds:
+    """Where the scanner's reading put the items list and the report around it."""
+
+    start: int  # the list's `[`
+    close: int  # the list's `]`, or the end of the text if it never closed
+    report_end: int  # the end of the report (root object or array)
+    enclosing: int  # the list and the objects around it: their closers end the report
+
+
+def _closers_after(text: str, end: int, bounds: ListBounds) -> int:
+    """Closers after the last candidate of a run beyond those the report needs.
+
+    In the list (up to its `]`) every closer counts, and so does any after the
+    report; the report's own closing text in between is read as the scanner read it,
+    so a bracket in an envelope string (`"summary": "}]"`) counts for nothing.
+    """
+    if end >= bounds.report_end:  # items after the report: the list's real end is still due
+        return raw_balance(text, end, len(text)) + bounds.enclosing
+    return raw_balance(text, end, bounds.close) + raw_balance(
+        text, max(end, bounds.report_end), len(text)
+    )
+
+
+def place(text: str, candidates: Sequence[Candidate], bounds: ListBounds) -> tuple[Candidate, ...]:
+    """Candidates with every one that cannot be placed at the items' depth marked BROKEN.
+
+    ``candidates`` are in text order.
+    """
+    placed = list(candidates)
+    _unplace_values(text, placed, bounds.start)
+    index = 0
+    while index < len(placed):
+        head = placed[index]
+        index += 1
+        if not _suspect(text, head):
+            continue
+        balance = raw_balance(text, head.span.start, head.span.end)
+        if balance <= 0:
+            continue
+        members: list[int] = []
+        previous_end = head.span.end
+        while index < len(placed) and balance > 0:
+            candidate = placed[index]
+            # A gap may hold the list's `]` when items went on after the report: that
+            # `]` closed the damaged item, like a stray closer.
+            gap = raw_balance(text, previous_end, candidate.span.start)
+            if gap < 0:
+                _unplace(placed, members, head)  # closers of the damaged item follow them
+            balance += gap
+            if balance <= 0 or candidate.closure is Closure.TRUNCATED:
+                break
+            members.append(index)
+            if candidate.closure is not Closure.CLOSED:
+                # A closed candidate's brackets matched outside its strings: a bracket
+                # inside one of them ("x}") is text, and counts for nothing.
+                balance += raw_balance(text, candidate.span.start, candidate.span.end)
+            previous_end = candidate.span.end
+            index += 1
+        else:
+            if _closers_after(text, previous_end, bounds) < 0:
+                _unplace(placed, members, head)
+    return tuple(placed)
+
+
+def _unplace(placed: list[Candidate], members: list[int], head: Candidate) -> None:
+    for member in members:
+        placed[member] = _unplaced(placed[member], head)
+    members.clear()
+
+
+def _unplace_values(text: str, placed: list[Candidate], list_start: int) -> None:
+    """Candidates where only a nested value can stand: after a member's ``:``, or
+    after a ``[`` that is not the list's own (and their siblings after a comma)."""
+    in_array = False
+    previous_end = -1
+    for index, candidate in enumerate(placed):
+        before = _previous_char(text, candidate.span.start)
+        sibling = in_array and not text[previous_end : candidate.span.start].strip(" \t\r\n,")
+        in_array = sibling or (
+            before == "[" and _previous_at(text, candidate.span.start) != list_start
+        )
+        previous_end = candidate.span.end
+        if before == ":" or in_array:
+            placed[index] = _unplaced(placed[index], None)
+
+
+def _previous_at(text: str, pos: int) -> int:
+    pos -= 1
+    while pos >= 0 and text[pos] in " \t\r\n":
+        pos -= 1
+    return pos
+
+
+def _previous_char(text: str, pos: int) -> str:
+    at = _previous_at(text, pos)
+    return text[at] if at >= 0 else ""
+
+
+def _unplaced(candidate: Candidate, damaged: Candidate | None) -> Candidate:
+    if candidate.closure is not Closure.CLOSED or candidate.stray:
+        return candidate  # quarantined anyway, with its own defect
+    return replace(
+        candidate,
+        closure=Closure.BROKEN,
+        defect=(
+            "cannot be placed at the items' depth: it stands where only a nested value can"
+            if damaged is None
+            else "cannot be placed at the items' depth: it may be nested in the damaged "
+            f"item at offset {damaged.span.start}"
+        ),
+    )

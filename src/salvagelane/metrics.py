@@ -1,0 +1,349 @@
+"""Prometheus metrics of a ``serve`` (or worker) process: the one module that imports
+prometheus_client (ADR 0014).
+
+Two kinds, on one registry per process (:class:`Metrics`; never prometheus_client's global
+one, so tests and several services in one process each have their own):
+
+- **Event metrics**, counted as the process sees them happen: :class:`Metrics` is the
+  :class:`~salvagelane.telemetry.RunObserver` the executor and the service report to
+  (fires, fire lag, run and model-call durations, provider errors, retries, tokens,
+  items kept and quarantined). They start at zero with the process, as counters do;
+  ``rate()`` and ``increase()`` handle the restarts.
+- **State metrics**, read from the database at every scrape (:class:`StateCollector`,
+  through :attr:`Store.state <salvagelane.store.Store.state>`): runs by instruction and
+  status, the quarantine pending review, open deliveries, queue depth, the newest clean
+  scheduled run. They equal what the database holds, whichever process wrote it, and
+  survive restarts. When the database does not answer, ``salvagelane_state_up`` is 0 and
+  the state gauges are left out of that scrape (a gauge of 0 would be a lie).
+
+:func:`expose` serves a registry over HTTP (``/metrics``), on loopback unless told
+otherwise: ``serve --metrics-port`` calls it, and a worker command calls it the same way.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    GC_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from salvagelane.errors import ConfigurationError, StoreError
+from salvagelane.logs import get_logger
+from salvagelane.telemetry import fire_lag_seconds
+from salvagelane.vocabulary import RunStatus, Trigger
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from salvagelane.store import StateReader, StoreState
+
+__all__ = [
+    "DEFAULT_HOST",
+    "Metrics",
+    "MetricsEndpoint",
+    "StateCollector",
+    "expose",
+]
+
+log = get_logger("salvagelane.metrics")
+
+DEFAULT_HOST = "127.0.0.1"
+"""Where the endpoint listens unless told otherwise: loopback, since the metrics name
+instructions and the endpoint has no authentication."""
+
+PREFIX = "salvagelane"
+
+# Bucket bounds in seconds. Fire lag: a healthy node starts a fire within a second; a busy
+# pool queues fires for minutes; a catch-up is hours late.
+LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600, 14400, 86400)
+# Runs and model calls: seconds for a short answer, up to the default 600 s deadline.
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200)
+
+
+class Metrics:
+    """The metrics of one process: its registry, the event metrics (it is the
+    :class:`~salvagelane.telemetry.RunObserver` to pass to the executor and the service)
+    and, given a store's :class:`~salvagelane.store.StateReader`, the state metrics.
+
+    ``process``: also register prometheus_client's process, platform and garbage
+    collector metrics (``process_resident_memory_bytes``, ...); off in tests that make
+    several registries in one process, where they would only repeat each other.
+    """
+
+    def __init__(self, *, state: StateReader | None = None, process: bool = True) -> None:
+        # No `_created` series beside each counter and histogram: they double the lines
+        # of a scrape and say only when the process first counted. (A switch of the
+        # library, for the process: this module is its only user.)
+        disable_created_metrics()  # type: ignore[no-untyped-call]
+        self.registry = CollectorRegistry(auto_describe=True)
+        registry = self.registry
+        self._fires = Counter(
+            f"{PREFIX}_fires",
+            "Fires that reached the service, by instruction and trigger (schedule, "
+            "catch_up; a retry of an interrupted run has its fire's trigger).",
+            ["instruction", "trigger"],
+            registry=registry,
+        )
+        self._fire_lag = Histogram(
+            f"{PREFIX}_fire_lag_seconds",
+            "Run start minus its fire time, for scheduled and catch-up runs (not retries).",
+            ["trigger"],
+            buckets=LAG_BUCKETS,
+            registry=registry,
+        )
+        self._run_duration = Histogram(
+            f"{PREFIX}_run_duration_seconds",
+            "Run duration from claim to the end of its deliveries, by instruction and "
+            "final status.",
+            ["instruction", "status"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self._model_call = Histogram(
+            f"{PREFIX}_model_call_duration_seconds",
+            "Duration of one model call (the connector's own HTTP retries included), by "
+            "instruction and outcome (ok, error).",
+            ["instruction", "outcome"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self._provider_errors = Counter(
+            f"{PREFIX}_provider_errors",
+            "Model calls that ended without a completion, by instruction and HTTP status "
+            "(no_response: none arrived; connector: the call was not made).",
+            ["instruction", "status"],
+            registry=registry,
+        )
+        self._retries = Counter(
+            f"{PREFIX}_retries",
+            "Run-level retries (another attempt asked of the model), by instruction and cause.",
+            ["instruction", "cause"],
+            registry=registry,
+        )
+        self._tokens = Counter(
+            f"{PREFIX}_tokens",
+            "Tokens the providers reported, by instruction and type (input: prompt, "
+            "output: completion).",
+            ["instruction", "type"],
+            registry=registry,
+        )
+        self._kept = Counter(
+            f"{PREFIX}_items_kept",
+            "Items kept in the reports of finished runs, by instruction.",
+            ["instruction"],
+            registry=registry,
+        )
+        self._quarantined = Counter(
+            f"{PREFIX}_items_quarantined",
+            "Items of finished runs' chosen attempts held back in quarantine, by "
+            "instruction and reason.",
+            ["instruction", "reason"],
+            registry=registry,
+        )
+        if state is not None:
+            registry.register(StateCollector(state))
+        if process:
+            ProcessCollector(registry=registry)
+            PlatformCollector(registry=registry)
+            if GC_COLLECTOR is not None:
+                GCCollector(registry=registry)
+
+    # --- the RunObserver ------------------------------------------------------------------
+
+    def fired(self, *, instruction_id: str, trigger: Trigger) -> None:
+        self._fires.labels(instruction_id, str(trigger)).inc()
+
+    def run_started(
+        self,
+        *,
+        instruction_id: str,
+        trigger: Trigger,
+        scheduled_for: datetime | None,
+        started_at: datetime,
+        retry_of: str | None,
+    ) -> None:
+        lag = fire_lag_seconds(
+            trigger=trigger, scheduled_for=scheduled_for, started_at=started_at, retry_of=retry_of
+        )
+        if lag is not None:
+            self._fire_lag.labels(str(trigger)).observe(lag)
+
+    def model_call(self, *, instruction_id: str, seconds: float, outcome: str) -> None:
+        self._model_call.labels(instruction_id, outcome).observe(max(0.0, seconds))
+
+    def provider_error(self, *, instruction_id: str, kind: str) -> None:
+        self._provider_errors.labels(instruction_id, kind).inc()
+
+    def retry(self, *, instruction_id: str, cause: str) -> None:
+        self._retries.labels(instruction_id, cause).inc()
+
+    def tokens(self, *, instruction_id: str, prompt: int, completion: int) -> None:
+        # Both series exist after the first call, even at 0: rate() needs a start.
+        self._tokens.labels(instruction_id, "input").inc(max(0, prompt))
+        self._tokens.labels(instruction_id, "output").inc(max(0, completion))
+
+    def run_finished(
+        self,
+        *,
+        instruction_id: str,
+        status: RunStatus,
+        seconds: float,
+        kept: int,
+        quarantined: Mapping[str, int],
+    ) -> None:
+        self._run_duration.labels(instruction_id, str(status)).observe(max(0.0, seconds))
+        self._kept.labels(instruction_id).inc(max(0, kept))
+        for reason, count in quarantined.items():
+            self._quarantined.labels(instruction_id, reason).inc(max(0, count))
+
+
+# --- the state, from the database ---------------------------------------------------------------
+
+
+class StateCollector(Collector):
+    """The state gauges, read from the database at every scrape (one
+    :meth:`StateReader.read <salvagelane.store.StateReader.read>`: a few aggregate queries)."""
+
+    def __init__(self, state: StateReader) -> None:
+        self._state = state
+        # One scrape at a time reads the database: two Prometheus servers scraping at once
+        # do not double the load on it.
+        self._reading = threading.Lock()
+
+    def describe(self) -> list[Metric]:
+        # What collect() yields, without reading the database at registration.
+        return list(_families(None, up=False, seconds=0.0))
+
+    def collect(self) -> Iterator[Metric]:
+        with self._reading:
+            began = time.monotonic()
+            try:
+                state: StoreState | None = self._state.read()
+            except StoreError as exc:  # translated once, by the store
+                log.warning("metrics.state_unreadable", error=str(exc))
+                state = None
+            seconds = time.monotonic() - began
+        yield from _families(state, up=state is not None, seconds=seconds)
+
+
+def _gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"{PREFIX}_{name}", documentation, labels=labels)
+
+
+def _families(state: StoreState | None, *, up: bool, seconds: float) -> Iterator[Metric]:
+    """The state metrics of ``state`` (None: only whether the database answered, and
+    how long it took to say so)."""
+    yield GaugeMetricFamily(
+        f"{PREFIX}_state_up",
+        "1 when the database answered the last scrape's state queries, else 0.",
+        value=1.0 if up else 0.0,
+    )
+    yield GaugeMetricFamily(
+        f"{PREFIX}_state_read_seconds",
+        "How long the last scrape's state queries took.",
+        value=seconds,
+    )
+    runs = _gauge(
+        "runs", "Runs the database holds, by instruction and status.", ["instruction", "status"]
+    )
+    pending = _gauge(
+        "quarantine_pending",
+        "Quarantined items awaiting review, by instruction and reason.",
+        ["instruction", "reason"],
+    )
+    deliveries = _gauge(
+        "deliveries", "Deliveries not delivered yet, by status (pending, failed).", ["status"]
+    )
+    depth = _gauge(
+        "queue_depth",
+        "Runs waiting to execute: source runs counts runs with status queued, source "
+        "procrastinate the todo jobs in procrastinate_jobs (when the table exists).",
+        ["source"],
+    )
+    clean = _gauge(
+        "last_clean_run_timestamp_seconds",
+        "Fire time (Unix seconds) of the newest clean scheduled run per instruction: "
+        "status ok, trigger schedule or catch_up, no item approved by an operator.",
+        ["instruction"],
+    )
+    if state is not None:
+        for (instruction, status), count in sorted(state.runs.items()):
+            runs.add_metric([instruction, status], count)
+        for (instruction, reason), count in sorted(state.quarantine_pending.items()):
+            pending.add_metric([instruction, reason], count)
+        for status, count in sorted(state.deliveries.items()):
+            deliveries.add_metric([status], count)
+        depth.add_metric(["runs"], state.queued_runs)
+        if state.queue_jobs is not None:
+            depth.add_metric(["procrastinate"], sum(state.queue_jobs.values()))
+        for instruction, moment in sorted(state.last_clean.items()):
+            clean.add_metric([instruction], moment.timestamp())
+    # Without a state the families are empty (HELP and TYPE, no sample): a gauge of 0
+    # would claim what the database did not say.
+    yield from (runs, pending, deliveries, depth, clean)
+
+
+# --- the endpoint ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricsEndpoint:
+    """A running ``/metrics`` HTTP server; :meth:`close` stops it."""
+
+    host: str
+    port: int
+    server: WSGIServer
+    thread: threading.Thread
+
+    @property
+    def loopback(self) -> bool:
+        """Whether only this machine can reach the endpoint."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host.strip("[]")).is_loopback
+        except ValueError:
+            return False
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def expose(port: int, host: str = DEFAULT_HOST, *, registry: CollectorRegistry) -> MetricsEndpoint:
+    """Serve ``registry`` at ``http://host:port/metrics`` from a daemon thread (port 0:
+    one the system picks; :attr:`MetricsEndpoint.port` says which).
+
+    ConfigurationError when the address cannot be listened on (in use, not this host's).
+    """
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"metrics: cannot listen on {host}:{port}: {exc.strerror or exc} "
+            "(expected a free port on an address of this host)"
+        ) from exc
+    return MetricsEndpoint(host=host, port=int(server.server_port), server=server, thread=thread)
