@@ -56,6 +56,7 @@ from salvagelane.executor import ConnectorFactory, Executor, SinkFactory
 from salvagelane.logs import bound, get_logger
 from salvagelane.store import QueuedRun, Store, database_url, masked_url
 from salvagelane.store.leadership import lock_key
+from salvagelane.telemetry import NO_TELEMETRY, RunObserver
 from salvagelane.vocabulary import Clock, RunStatus, Trigger, utc_now
 
 __all__ = [
@@ -303,10 +304,12 @@ class QueueWorker:
         announce: Announce = lambda line: None,
         abandon: Callable[[tuple[str, ...]], None] = lambda runs: None,
         clock: Clock = utc_now,
+        telemetry: RunObserver = NO_TELEMETRY,
     ) -> None:
         if problem := settings.problem():
             raise ConfigurationError(f"worker: {problem}")
         self._abandon = abandon
+        self._telemetry = telemetry  # each run's events (`worker --metrics-port`)
         self._settings = settings
         self._url = require_postgres(url, "salvagelane worker")
         self._conninfo = _conninfo(self._url)
@@ -470,6 +473,7 @@ class QueueWorker:
             heartbeat_seconds=self._settings.heartbeat_seconds,
             on_claimed=claimed,
             should_stop=cancelled,
+            telemetry=self._telemetry,
         )
         try:
             executor.run(

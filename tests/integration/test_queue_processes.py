@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 import signal
 import time
 from collections import Counter
@@ -27,6 +28,7 @@ import sqlalchemy as sa
 from salvagelane.store import Store
 from salvagelane.store.values import RunSummary
 from tests.support.cli import salvagelane
+from tests.support.metrics import database_figures, scrape
 from tests.support.postgres import PostgresDatabase
 from tests.support.provider import ScriptedServer
 from tests.support.serve import (
@@ -500,3 +502,50 @@ def test_the_run_deadline_holds_on_a_worker(
     with Store.open(url) as store:
         detail = store.get_run(failed.id)
     assert (detail.error or "").startswith("deadline: the run's 2 s deadline passed"), detail.error
+
+
+# --- 7. the metrics of two workers add up to the database ------------------------------------
+
+
+@pytest.mark.postgres
+def test_the_metrics_of_two_workers_add_up_to_what_the_database_holds(
+    project: Project, processes: Processes, url: str
+) -> None:
+    project.write_definition(grace=60)
+    workers = [
+        processes.worker(project, *WORKER, "--metrics-port", "0", database=url, name=f"w{i}")
+        for i in (1, 2)
+    ]
+    endpoints = []
+    for worker in workers:
+        line = worker.wait_for_line(r"^metrics: ", timeout=30)
+        found = re.fullmatch(r"metrics: (http://127\.0\.0\.1:\d+/metrics)", line)
+        assert found, worker.describe()
+        endpoints.append(found.group(1))
+    leader = processes.serve(project, *LEADER, database=url, name="leader")
+    leader.wait_for_event("fire.claimed", count=6, timeout=60)
+    assert leader.stop(signal.SIGTERM) == 0, leader.describe()
+    runs = wait_for_runs(
+        url, lambda rs: not any(r.status in OPEN for r in rs), timeout=60, what="drained"
+    )
+    executed = [r for r in runs if r.status != "missed"]
+    held = database_figures(url)
+    scrapes = [scrape(endpoint) for endpoint in endpoints]
+    # Each worker counts the runs it executed; together, every run the database holds.
+    for worker, scraped in zip(workers, scrapes, strict=True):
+        assert scraped.total("salvagelane_run_duration_seconds_count") == len(started_runs(worker))
+    finished: Counter[tuple[str, ...]] = Counter()
+    kept: Counter[tuple[str, ...]] = Counter()
+    for scraped in scrapes:
+        finished.update(
+            scraped.by("salvagelane_run_duration_seconds_count", "instruction", "status")
+        )
+        kept.update(scraped.by("salvagelane_items_kept_total", "instruction"))
+        # The database's own figures, read at each scrape, are the same from any process.
+        assert scraped.by("salvagelane_runs", "instruction", "status") == held.runs
+    assert dict(finished) == {k: v for k, v in held.runs.items() if k[1] != "missed"}
+    assert dict(kept) == held.kept
+    assert sum(finished.values()) == len(executed)
+    for worker in workers:
+        assert worker.stop(signal.SIGTERM) == 0, worker.describe()
+        worker.assert_quiet()

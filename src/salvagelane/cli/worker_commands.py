@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,6 +14,9 @@ from salvagelane.cli.options import database_option, instructions_option
 from salvagelane.cli.wiring import loadable_definitions, recover_spooled, wired
 from salvagelane.safe_text import block
 from salvagelane.serve_settings import DEFAULT_SETTINGS as SERVE_DEFAULTS
+
+if TYPE_CHECKING:
+    from salvagelane.telemetry import RunObserver
 
 
 @click.command("worker")
@@ -51,6 +56,21 @@ from salvagelane.serve_settings import DEFAULT_SETTINGS as SERVE_DEFAULTS
     help="How often a running run records that it is alive (keep it under half of the "
     "leader's --stale-after).",
 )
+@click.option(
+    "--metrics-port",
+    default=None,
+    type=click.IntRange(min=0, max=65535),
+    metavar="PORT",
+    help="Serve Prometheus metrics of this worker's runs at http://HOST:PORT/metrics (0: "
+    "a free port, printed at start). Off by default.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    metavar="HOST",
+    help="The address the metrics endpoint listens on (it has no authentication).",
+)
 def worker_command(
     instructions_dir: Path,
     database: str | None,
@@ -58,6 +78,8 @@ def worker_command(
     queues: str,
     shutdown_timeout: float,
     heartbeat_seconds: float,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Execute queued runs (PostgreSQL; `serve --dispatch queue` enqueues them).
 
@@ -66,10 +88,14 @@ def worker_command(
     executes at most once. SIGTERM or Ctrl-C stops taking runs and lets those in flight
     finish for up to the shutdown timeout; those still going are marked interrupted, and
     the leader retries a scheduled one once.
+
+    With --metrics-port the worker serves the Prometheus metrics of the runs it executes
+    (README, "Metrics"), and the database's figures, as `serve` does.
     """
     from salvagelane import environment
     from salvagelane.dispatch import QueueWorker, WorkerSettings, require_postgres
     from salvagelane.store import Store
+    from salvagelane.telemetry import NO_TELEMETRY
 
     url = require_postgres(environment.database_url(database), "salvagelane worker")
     names = tuple(name.strip() for name in queues.split(",") if name.strip())
@@ -97,8 +123,27 @@ def worker_command(
         sys.stderr.flush()
         os._exit(0)
 
-    with Store.open(url) as store, wired() as wiring:
+    with Store.open(url) as store, wired() as wiring, ExitStack() as serving:
         recover_spooled(store, url)
+        telemetry: RunObserver = NO_TELEMETRY
+        metrics_url = None
+        if metrics_port is not None:
+            # Imported only here: a worker without metrics loads no prometheus_client.
+            from salvagelane.metrics import Metrics, expose
+
+            collected = Metrics(state=store.state)
+            telemetry = collected
+            endpoint = expose(metrics_port, metrics_host, registry=collected.registry)
+            serving.callback(endpoint.close)
+            metrics_url = endpoint.url
+            if not endpoint.loopback:
+                click.echo(
+                    block(
+                        f"warning: metrics listen on {metrics_host}, not 127.0.0.1: anyone "
+                        "who can reach it reads them; there is no authentication"
+                    ),
+                    err=True,
+                )
         worker = QueueWorker(
             settings,
             url=url,
@@ -107,11 +152,14 @@ def worker_command(
             sinks_for=wiring.sinks_for,
             announce=announce,
             abandon=abandon,
+            telemetry=telemetry,
         )
         worker.load()
         announce(
             f"salvagelane worker: {store.url}, definitions from {instructions_dir}/ "
             f"(pid {os.getpid()})"
         )
+        if metrics_url is not None:
+            announce(f"metrics: {metrics_url}")
         worker.run()
     announce("stopped")
