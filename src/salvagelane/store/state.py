@@ -11,7 +11,8 @@ Python. What a read costs on a long history: ADR 0014 and ``benchmarks/metrics_s
 - **quarantine_pending**: quarantined items awaiting review (``pending``) per
   (instruction, reason). Superseded, approved and rejected ones are settled.
 - **deliveries**: open deliveries per status (``pending``, ``failed``).
-- **queued_runs**: runs whose status is ``queued`` (0 while no salvagelane writes it).
+- **queued_runs**: runs whose status is ``queued`` (claimed by ``serve --dispatch queue``,
+  not yet taken by a worker).
 - **queue_jobs**: jobs waiting (``todo``) in procrastinate's ``procrastinate_jobs`` per
   queue, None when the database has no such table.
 - **last_clean**: per instruction, the fire time of the newest *clean* scheduled run (as
