@@ -170,7 +170,7 @@ class _Scanner:
             self._hold_objects_outside(end, self.n, "after")
         # Text outside the report is looked at last; candidates are numbered in text order.
         candidates = sorted(self.candidates, key=lambda c: c.span.start)
-        if self.container is not None and root is not None:
+        if self.container is not None and root is not None and not self._in_step(candidates):
             closed = self.container_closed and self.container.end <= self.n
             bounds = ListBounds(
                 start=self.container.start,
@@ -191,6 +191,15 @@ class _Scanner:
             truncated=self.truncated,
             anomalies=tuple(self.anomalies),
             steps=self.steps,
+        )
+
+    def _in_step(self, candidates: list[Candidate]) -> bool:
+        """Nothing the placement check could act on: every candidate closed (or cut by
+        the end of the text) and only leading prose tolerated. Anything placement
+        quarantines needs text between or after the items (a stray closer, a member
+        name, closers after the report), and the scan notes each of those."""
+        return all(a.kind is AnomalyKind.LEADING_TEXT for a in self.anomalies) and all(
+            not c.stray and c.closure is not Closure.BROKEN for c in candidates
         )
 
     def _find_root_array(self) -> int | None:

@@ -113,10 +113,9 @@ class Unparsable:
 # `"key":` as the text can hold it: at least one per object member (a string that opens
 # with `:` or holds `\":` adds more, never fewer), so equal counts prove unique keys.
 _MEMBER = re.compile(r'"[ \t\n\r]*+:')
-# 19 digits in a row: an integer that may not fit 64 bits (or digits in a string, which
-# only costs the precise parse).
-_LONG_INTEGER = re.compile(r"[0-9]{19}")
-_DUMPED_MEMBER = re.compile(rb'(?<!\\)(?:\\\\)*+":')
+# orjson reads an integer beyond 64 bits as a float; a float this large may be one, and
+# goes to the precise parse, which keeps it an int (or refuses it past the digit limit).
+_INT64 = float(2**63)
 
 
 def parse_item(text: str, *, offset: int = 0) -> Parsed | Unparsable:
@@ -125,36 +124,21 @@ def parse_item(text: str, *, offset: int = 0) -> Parsed | Unparsable:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
         return _parse_precisely(text, offset)
-    if _LONG_INTEGER.search(text):
-        # orjson reads an integer beyond 64 bits as a float: the precise parse keeps
-        # it an int (or refuses it past the digit limit).
-        return _parse_precisely(text, offset)
     members = _members(value)
     # Every member has a colon: as many colons as members proves no key repeats; more
     # (colons in strings), count `"key":` the same way; still more, the precise parse.
-    if members and text.count(":") != members and len(_MEMBER.findall(text)) != members:
+    if members < 0 or (
+        members and text.count(":") != members and len(_MEMBER.findall(text)) != members
+    ):
         return _parse_precisely(text, offset)
     return _checked(value, text, offset)
 
 
 def _members(value: JSONValue) -> int:
-    """Members of every object in ``value``, counted in C on its compact serialisation.
+    """Members of every object in ``value``; -1 for a float that may be a big int.
 
-    In orjson's compact output a member is its key's closing quote, unescaped, then
-    `:`; a quote inside a string is always escaped. Without a backslash in the output
-    that is a plain count; with one, the quote must follow an even run of backslashes.
+    Iterative: nesting is bounded by the guardrails, but not small.
     """
-    try:
-        dumped = orjson.dumps(value)
-    except orjson.JSONEncodeError:  # nested deeper than orjson serialises (255)
-        return _members_walked(value)
-    if b"\\" not in dumped:
-        return dumped.count(b'":')
-    return len(_DUMPED_MEMBER.findall(dumped))
-
-
-def _members_walked(value: JSONValue) -> int:
-    """Members of every object in ``value``, by an iterative walk (any depth)."""
     total = 0
     stack: list[JSONValue] = [value]
     while stack:
@@ -164,6 +148,8 @@ def _members_walked(value: JSONValue) -> int:
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
+        elif isinstance(node, float) and abs(node) >= _INT64:
+            return -1
     return total
 
 
@@ -312,8 +298,6 @@ def is_strict_document(raw: str, *, depth: int | None = None) -> bool:
     text = raw.strip(lexis.WHITESPACE)
     if not text or _SURROGATE.search(text):
         return False
-    if isinstance(parse_item(text), Parsed):
-        return True  # the fast strict parse proves it; a refusal is looked at again below
     if depth is None and text[0] in "{[":
         end, closure, depth = bracket_extent(text, 0)
         if closure is not Closure.CLOSED or end != len(text):
