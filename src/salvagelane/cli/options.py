@@ -80,3 +80,38 @@ def actor_of(by: str | None) -> str:
         return getpass.getuser()
     except (OSError, KeyError):  # no LOGNAME/USER and no passwd entry
         return f"uid {os.getuid()}"
+
+
+def shutdown_timeout_option(
+    default: float,
+) -> Callable[[Callable[..., object]], Callable[..., object]]:
+    """``--shutdown-timeout``: serve and worker stop the same way."""
+    return click.option(
+        "--shutdown-timeout",
+        default=default,
+        show_default=True,
+        type=click.FloatRange(min=0),
+        metavar="SECONDS",
+        help="On SIGTERM/SIGINT, how long runs in flight may take to finish before they are "
+        "marked interrupted.",
+    )
+
+
+def metrics_options(function: Callable[..., object]) -> Callable[..., object]:
+    """``--metrics-port`` and ``--metrics-host``: serve and worker expose metrics alike."""
+    port = click.option(
+        "--metrics-port",
+        default=None,
+        type=click.IntRange(min=0, max=65535),
+        metavar="PORT",
+        help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: a free port, printed "
+        "at start). Off by default.",
+    )
+    host = click.option(
+        "--metrics-host",
+        default="127.0.0.1",
+        show_default=True,
+        metavar="HOST",
+        help="The address the metrics endpoint listens on (it has no authentication).",
+    )
+    return port(host(function))

@@ -13,9 +13,19 @@ from typing import TYPE_CHECKING
 
 import click
 
-from salvagelane.cli.options import database_option, instructions_option
+from salvagelane.cli.options import (
+    database_option,
+    instructions_option,
+    metrics_options,
+    shutdown_timeout_option,
+)
 from salvagelane.cli.tables import render_schedule_table
-from salvagelane.cli.wiring import loadable_definitions, recover_spooled, wired
+from salvagelane.cli.wiring import (
+    expose_metrics,
+    loadable_definitions,
+    recover_spooled,
+    wired,
+)
 from salvagelane.safe_text import block
 from salvagelane.serve_settings import DEFAULT_SETTINGS as DEFAULTS
 from salvagelane.serve_settings import ServeSettings
@@ -31,15 +41,7 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 @click.command("serve")
 @instructions_option
 @database_option
-@click.option(
-    "--shutdown-timeout",
-    default=DEFAULTS.shutdown_timeout_seconds,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    metavar="SECONDS",
-    help="On SIGTERM/SIGINT, how long runs in flight may take to finish before they are "
-    "marked interrupted.",
-)
+@shutdown_timeout_option(DEFAULTS.shutdown_timeout_seconds)
 @click.option(
     "--poll",
     "poll_seconds",
@@ -84,21 +86,7 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
     help="Where runs execute: in this process, or (PostgreSQL) through the task queue, by "
     "`salvagelane worker` processes on any machine.",
 )
-@click.option(
-    "--metrics-port",
-    default=None,
-    type=click.IntRange(min=0, max=65535),
-    metavar="PORT",
-    help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: a free port, printed "
-    "at start). Off by default.",
-)
-@click.option(
-    "--metrics-host",
-    default="127.0.0.1",
-    show_default=True,
-    metavar="HOST",
-    help="The address the metrics endpoint listens on (it has no authentication).",
-)
+@metrics_options
 def serve_command(
     instructions_dir: Path,
     database: str | None,
@@ -218,21 +206,8 @@ def _serve(
         metrics_url = None
         if collected is not None and metrics_at is not None:
             # Before the banner too: a port in use stops the node before it says it started.
-            from salvagelane.metrics import expose
-
             host, port = metrics_at
-            endpoint = expose(port, host, registry=collected.registry)
-            serving.callback(endpoint.close)
-            metrics_url = endpoint.url
-            if not endpoint.loopback:
-                click.echo(
-                    block(
-                        f"warning: metrics listen on {host}, not 127.0.0.1: anyone who can "
-                        "reach it reads them (instruction ids, run counts); there is no "
-                        "authentication"
-                    ),
-                    err=True,
-                )
+            metrics_url = expose_metrics(serving, collected, port, host)
 
         def on_stop(signum: int, frame: FrameType | None) -> None:
             service.request_stop(signal.Signals(signum).name)

@@ -8,7 +8,7 @@ command module imports this at its top, and ``--help`` must not pay for them.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 import click
 
 from salvagelane.errors import NotFoundError, SalvagelaneError
-from salvagelane.safe_text import line
+from salvagelane.safe_text import block, line
 
 if TYPE_CHECKING:
     from salvagelane.definitions import DefinitionSet
     from salvagelane.executor import ConnectorFactory, SinkFactory
+    from salvagelane.metrics import Metrics
     from salvagelane.sinks import Sink
     from salvagelane.store import DeliveryRun, Store
 
@@ -151,3 +152,24 @@ class DefinitionSinks:
         if isinstance(found, str):
             raise NotFoundError(found)
         return found
+
+
+def expose_metrics(serving: ExitStack, metrics: Metrics, port: int, host: str) -> str:
+    """Serve ``metrics`` on ``host:port`` until ``serving`` closes; return its URL.
+
+    A port in use is a ConfigurationError (exit 2); an address off loopback is served,
+    with a warning, since the endpoint has no authentication.
+    """
+    from salvagelane.metrics import expose
+
+    endpoint = expose(port, host, registry=metrics.registry)
+    serving.callback(endpoint.close)
+    if not endpoint.loopback:
+        click.echo(
+            block(
+                f"warning: metrics listen on {host}, not 127.0.0.1: anyone who can reach it "
+                "reads them (instruction ids, run counts); there is no authentication"
+            ),
+            err=True,
+        )
+    return endpoint.url

@@ -10,8 +10,18 @@ from typing import TYPE_CHECKING
 
 import click
 
-from salvagelane.cli.options import database_option, instructions_option
-from salvagelane.cli.wiring import loadable_definitions, recover_spooled, wired
+from salvagelane.cli.options import (
+    database_option,
+    instructions_option,
+    metrics_options,
+    shutdown_timeout_option,
+)
+from salvagelane.cli.wiring import (
+    expose_metrics,
+    loadable_definitions,
+    recover_spooled,
+    wired,
+)
 from salvagelane.safe_text import block
 from salvagelane.serve_settings import DEFAULT_SETTINGS as SERVE_DEFAULTS
 
@@ -37,15 +47,7 @@ if TYPE_CHECKING:
     metavar="NAME[,NAME...]",
     help="The task queues to take runs from (comma-separated).",
 )
-@click.option(
-    "--shutdown-timeout",
-    default=SERVE_DEFAULTS.shutdown_timeout_seconds,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    metavar="SECONDS",
-    help="On SIGTERM/SIGINT, how long runs in flight may take to finish before they are "
-    "marked interrupted.",
-)
+@shutdown_timeout_option(SERVE_DEFAULTS.shutdown_timeout_seconds)
 @click.option(
     "--heartbeat",
     "heartbeat_seconds",
@@ -56,21 +58,7 @@ if TYPE_CHECKING:
     help="How often a running run records that it is alive (keep it under half of the "
     "leader's --stale-after).",
 )
-@click.option(
-    "--metrics-port",
-    default=None,
-    type=click.IntRange(min=0, max=65535),
-    metavar="PORT",
-    help="Serve Prometheus metrics of this worker's runs at http://HOST:PORT/metrics (0: "
-    "a free port, printed at start). Off by default.",
-)
-@click.option(
-    "--metrics-host",
-    default="127.0.0.1",
-    show_default=True,
-    metavar="HOST",
-    help="The address the metrics endpoint listens on (it has no authentication).",
-)
+@metrics_options
 def worker_command(
     instructions_dir: Path,
     database: str | None,
@@ -129,21 +117,11 @@ def worker_command(
         metrics_url = None
         if metrics_port is not None:
             # Imported only here: a worker without metrics loads no prometheus_client.
-            from salvagelane.metrics import Metrics, expose
+            from salvagelane.metrics import Metrics
 
             collected = Metrics(state=store.state)
             telemetry = collected
-            endpoint = expose(metrics_port, metrics_host, registry=collected.registry)
-            serving.callback(endpoint.close)
-            metrics_url = endpoint.url
-            if not endpoint.loopback:
-                click.echo(
-                    block(
-                        f"warning: metrics listen on {metrics_host}, not 127.0.0.1: anyone "
-                        "who can reach it reads them; there is no authentication"
-                    ),
-                    err=True,
-                )
+            metrics_url = expose_metrics(serving, collected, metrics_port, metrics_host)
         worker = QueueWorker(
             settings,
             url=url,
