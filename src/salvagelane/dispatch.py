@@ -52,7 +52,7 @@ from salvagelane.errors import (
     RunTakenError,
     SalvagelaneError,
 )
-from salvagelane.executor import ConnectorFactory, Executor, SinkFactory
+from salvagelane.executor import ConnectorFactory, Executor, SinkFactory, mark_abandoned
 from salvagelane.logs import bound, get_logger
 from salvagelane.store import QueuedRun, Store, database_url, masked_url
 from salvagelane.store.leadership import lock_key
@@ -409,24 +409,14 @@ class QueueWorker:
                 working.result()
             return
         abandoned = self.in_flight
-        reason = f"the worker stopped ({self._stop_reason})"
-        for run_id, instruction_id in sorted(abandoned.items()):
-            with bound(run_id=run_id, instruction=instruction_id):
-                try:
-                    marked = await asyncio.to_thread(
-                        self._store.mark_interrupted,
-                        run_id,
-                        now=self._clock(),
-                        error=(
-                            f"interrupted: {reason} and the run did not finish within the "
-                            f"{timeout:g} s shutdown timeout; its raw outputs so far are kept"
-                        ),
-                    )
-                except SalvagelaneError:
-                    log.exception("run.interrupt_failed")
-                    continue
-                if marked:
-                    log.warning("run.interrupted", reason="shutdown timeout")
+        await asyncio.to_thread(
+            mark_abandoned,
+            self._store,
+            abandoned,
+            reason=f"the worker stopped ({self._stop_reason})",
+            timeout=timeout,
+            now=self._clock(),
+        )
         self.abandoned_runs = tuple(sorted(abandoned))
         self._abandon(self.abandoned_runs)
 

@@ -62,6 +62,7 @@ from salvagelane.errors import (
     DefinitionError,
     NotFoundError,
     ProviderError,
+    SalvagelaneError,
     SinkError,
     SpoolError,
     StoreError,
@@ -97,6 +98,32 @@ written): True when the operator cancelled it (``runs cancel``, through the task
 
 class _Cancelled(Exception):
     """A run's stop request was seen at a check point (internal to the executor)."""
+
+
+def mark_abandoned(
+    store: Store, abandoned: Mapping[str, str], *, reason: str, timeout: float, now: datetime
+) -> None:
+    """Mark runs still going at a shutdown timeout (run id -> instruction) interrupted.
+
+    ``serve`` and ``worker`` stop alike: the raw outputs stored so far stay, and a
+    scheduled run's fire gets its one retry from the leader.
+    """
+    for run_id, instruction_id in sorted(abandoned.items()):
+        with bound(run_id=run_id, instruction=instruction_id):
+            try:
+                marked = store.mark_interrupted(
+                    run_id,
+                    now=now,
+                    error=(
+                        f"interrupted: {reason} and the run did not finish within the "
+                        f"{timeout:g} s shutdown timeout; its raw outputs so far are kept"
+                    ),
+                )
+            except SalvagelaneError:
+                log.exception("run.interrupt_failed")
+                continue
+            if marked:
+                log.warning("run.interrupted", reason="shutdown timeout")
 
 
 def connector_factory(client: httpx.Client, *, replay: Path | None = None) -> ConnectorFactory:

@@ -42,7 +42,7 @@ from salvagelane.errors import (
     DuplicateFireError,
     SalvagelaneError,
 )
-from salvagelane.executor import ConnectorFactory, Executor, SinkFactory
+from salvagelane.executor import ConnectorFactory, Executor, SinkFactory, mark_abandoned
 from salvagelane.logs import bound, get_logger
 from salvagelane.scheduler import (
     MISSED_LIMIT,
@@ -344,22 +344,7 @@ class Service:
         if redelivery is not None:
             redelivery.join(max(0.0, timeout - (time.monotonic() - began)))
         abandoned = self.in_flight
-        for run_id, instruction_id in sorted(abandoned.items()):
-            with bound(run_id=run_id, instruction=instruction_id):
-                try:
-                    marked = self._store.mark_interrupted(
-                        run_id,
-                        now=self._clock(),
-                        error=(
-                            f"interrupted: {reason} and the run did not finish within the "
-                            f"{timeout:g} s shutdown timeout; its raw outputs so far are kept"
-                        ),
-                    )
-                except SalvagelaneError:
-                    log.exception("run.interrupt_failed")
-                    continue
-                if marked:
-                    log.warning("run.interrupted", reason="shutdown timeout")
+        mark_abandoned(self._store, abandoned, reason=reason, timeout=timeout, now=self._clock())
         self.abandoned_runs = tuple(sorted(abandoned))
         with self._guard:
             self.unfinished_threads = self._active_fires + int(
