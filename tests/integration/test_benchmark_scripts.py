@@ -62,3 +62,18 @@ def test_the_metrics_state_benchmark_runs_and_times_every_query() -> None:
     assert "300 quarantined items in 15 runs, plus 300 scheduled runs" in printed
     for query in ("_runs_by_status", "_pending_quarantine", "_last_clean"):
         assert printed.count(query) == 2, printed  # PostgreSQL and SQLite
+
+
+def test_the_placement_recall_benchmark_runs_and_counts_both_variants() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "placement_recall.py"), "--reports", "200"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines() if "placement" in line]
+    # Four rows (two damage sets, without and with placement); counts, so deterministic
+    # for the seed: with placement no sub-item is ever accepted as an item.
+    assert len(rows) == 4, proc.stdout
+    with_placement = [row for row in rows if row[-5:-3] == ["with", "placement"]]
+    assert len(with_placement) == 2, proc.stdout
+    assert all(row[-2] == "0" for row in with_placement), proc.stdout
