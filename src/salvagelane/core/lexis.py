@@ -83,3 +83,11 @@ def skip_to_bracket(text: str, pos: int, bound: int) -> int:
 def skip_ws(text: str, pos: int) -> int:
     match = WS_RUN.match(text, pos)
     return match.end() if match else pos
+
+
+def last_non_ws(text: str, pos: int) -> int:
+    """The offset of the last non-whitespace character before ``pos``, or -1."""
+    pos -= 1
+    while pos >= 0 and text[pos] in WHITESPACE:
+        pos -= 1
+    return pos

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from salvagelane.core import lexis
 from salvagelane.core.scan_values import Candidate, Closure
 
 _OPENERS = ("{", "[")
@@ -122,26 +123,13 @@ def _unplace_values(text: str, placed: list[Candidate], list_start: int) -> None
     in_array = False
     previous_end = -1
     for index, candidate in enumerate(placed):
-        before = _previous_char(text, candidate.span.start)
+        at = lexis.last_non_ws(text, candidate.span.start)
+        before = text[at] if at >= 0 else ""
         sibling = in_array and not text[previous_end : candidate.span.start].strip(" \t\r\n,")
-        in_array = sibling or (
-            before == "[" and _previous_at(text, candidate.span.start) != list_start
-        )
+        in_array = sibling or (before == "[" and at != list_start)
         previous_end = candidate.span.end
         if before == ":" or in_array:
             placed[index] = _unplaced(placed[index], None)
-
-
-def _previous_at(text: str, pos: int) -> int:
-    pos -= 1
-    while pos >= 0 and text[pos] in " \t\r\n":
-        pos -= 1
-    return pos
-
-
-def _previous_char(text: str, pos: int) -> str:
-    at = _previous_at(text, pos)
-    return text[at] if at >= 0 else ""
 
 
 def _unplaced(candidate: Candidate, damaged: Candidate | None) -> Candidate:

@@ -915,9 +915,7 @@ class _Scanner:
         return self.text[pos] if pos < self.n else ""
 
     def _prev_char(self, pos: int) -> str:
-        pos -= 1
-        while pos >= 0 and self.text[pos] in lexis.WHITESPACE:
-            pos -= 1
+        pos = lexis.last_non_ws(self.text, pos)
         return self.text[pos] if pos >= 0 else ""
 
     def _anomaly(self, kind: AnomalyKind, start: int, end: int) -> None:
