@@ -15,7 +15,6 @@ import signal
 import socket
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -27,15 +26,6 @@ from tests.support.serve import Processes, Project, all_runs, wait_for_runs
 
 LEAD = timedelta(seconds=6)
 """How far ahead of the test's start the first fire is: enough for a node to start."""
-
-
-@pytest.fixture
-def processes() -> Iterator[Processes]:
-    started = Processes()
-    try:
-        yield started
-    finally:
-        started.cleanup()
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import re
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -49,15 +48,6 @@ WORKER = ("--heartbeat", "0.2", "--shutdown-timeout", "5")
 NOTHING = "I could not produce the report."
 ENV = {KEY_ENV: "sk-queue-test"}
 OPEN = {"queued", "running"}
-
-
-@pytest.fixture
-def processes() -> Iterator[Processes]:
-    started = Processes()
-    try:
-        yield started
-    finally:
-        started.cleanup()
 
 
 @pytest.fixture

@@ -43,15 +43,6 @@ NOTHING = "I could not produce the report."
 
 
 @pytest.fixture
-def processes() -> Iterator[Processes]:
-    started = Processes()
-    try:
-        yield started
-    finally:
-        started.cleanup()
-
-
-@pytest.fixture
 def project(tmp_path: Path) -> Project:
     return Project.create(tmp_path)
 
