@@ -1,5 +1,6 @@
 # The two quick-start commands: `make demo` (main job) and `make test` (whole suite).
-# Both create .venv on first use and reinstall only when pyproject.toml changes.
+# Both create .venv on first use and reinstall only when pyproject.toml or the compiled
+# scan loops (src/salvagelane/core/_speedups.c, built by hatch_build.py) change.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +10,7 @@ FIXTURE := tests/fixtures/daily-triage-truncated
 
 .PHONY: demo test test-loaded test-processes-loaded bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml hatch_build.py src/salvagelane/core/_speedups.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from salvagelane.core import speedups
+
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "daily-triage-truncated"
 ITEM_SCHEMA = ROOT / "schemas" / "daily-triage-item.schema.json"
@@ -288,6 +290,7 @@ def test_version_and_help() -> None:
     version = run_cli("--version")
     assert version.returncode == 0
     assert b"salvagelane, version 0.1.0" in version.stdout
+    assert (b"scan loops: compiled" in version.stdout) == speedups.COMPILED
     helptext = run_cli("salvage", "--help")
     assert helptext.returncode == 0
     assert b"--max-items" in helptext.stdout

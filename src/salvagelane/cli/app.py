@@ -159,8 +159,10 @@ def _print_version(context: click.Context, _param: click.Parameter, value: bool)
     if not value or context.resilient_parsing:
         return
     from salvagelane import __version__
+    from salvagelane.core import speedups
 
-    click.echo(f"salvagelane, version {__version__}")
+    loops = "compiled" if speedups.COMPILED else "pure Python (the C extension was not built)"
+    click.echo(f"salvagelane, version {__version__}\nscan loops: {loops}")
     context.exit()
 
 

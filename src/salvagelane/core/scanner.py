@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from salvagelane.core import lexis
+from salvagelane.core import lexis, speedups
 from salvagelane.core.placement import ListBounds, place
 from salvagelane.core.records import Span
 from salvagelane.core.scan_values import (
@@ -72,6 +72,10 @@ _ROOT_ARRAY = re.compile(r"\[[ \t\n\r]*+[{\]]")
 _OBJECT_WITH_MEMBER = re.compile(r'\{[ \t\n\r]*+"(?:[^"\\\n]|\\.)*+"[ \t\n\r]*+:')
 _ROOT_ARRAY_LINE = re.compile(r"^[ \t]*+(\[)[ \t]*+\r?$", re.MULTILINE)
 _VALUE_START = frozenset('{["-0123456789tfn')
+# Containers this shallow take the fast path even next to a dead-quote region: the
+# regex fast path always did (lexis.SHALLOW_CONTAINERS), and the scan must not depend on
+# which implementation of it runs.
+_ALWAYS_FAST = len(lexis.SHALLOW_CONTAINERS)
 _COMMA_SEPARATOR = re.compile(r"[ \t\n\r]*+,(?![ \t\n\r]*+[,\]])")
 
 
@@ -131,6 +135,7 @@ class _Scanner:
         self.candidates: list[Candidate] = []
         self.anomalies: list[Anomaly] = []
         self._anchor_iter: Iterator[re.Match[str]] | None = None
+        self._signature_key = ""  # the raw key (quotes included) items open with, once learned
         self._anchor = self.n + 1  # next item signature not yet passed
         # Quotes strictly inside these regions cannot open a (lenient / strict) string.
         # Remembering them keeps the scan linear on text full of quotes that never close.
@@ -472,6 +477,12 @@ class _Scanner:
                 self._anomaly(AnomalyKind.UNCLOSED_ITEMS, pos, pos)
                 self.container = Span(start=start, end=_trim_end(text, start, pos))
                 return pos
+            if char == "{" and expect_item and self._signature_key:
+                run_end, expect_item = self._item_run(pos)
+                if run_end != pos:
+                    seen_item = True
+                    pos = run_end
+                    continue
             if not expect_item:
                 self._anomaly(AnomalyKind.MISSING_COMMA, pos, pos)
             seen_item = True
@@ -498,6 +509,36 @@ class _Scanner:
                 end = self._stray_end(pos)
                 self._add_stray(pos, end, "text between items that is not a JSON value")
                 pos = end
+
+    def _item_run(self, pos: int) -> tuple[int, bool]:
+        """Take the run of intact items from ``pos`` in one compiled call, exactly as
+        the loop would take them one by one; return where it stopped and whether an
+        item is expected there."""
+        run = speedups.item_run
+        if run is None:
+            return pos, True
+        spans, end, separated, indent = run(
+            self.text, pos, self._signature_key, *self._dead, _ALWAYS_FAST
+        )
+        if not spans:
+            return pos, True
+        if self._items_indent is None and indent >= 0:
+            self._items_indent = indent
+        self.steps += len(spans) * 2 // 3  # two per item, as the loop counts them
+        add = self.candidates.append
+        closed = Closure.CLOSED
+        for k in range(0, len(spans), 3):
+            add(
+                Candidate(
+                    index=len(self.candidates),
+                    span=Span(start=spans[k], end=spans[k + 1]),
+                    closure=closed,
+                    depth=spans[k + 2],
+                )
+            )
+        # The signatures the run passed are behind it: look on from where it stopped.
+        self._follow(self._signature_key, end)
+        return end, separated
 
     def _add_stray(self, start: int, end: int, defect: str) -> None:
         """Text that is not an item, kept as a candidate so that it is quarantined."""
@@ -576,15 +617,16 @@ class _Scanner:
         # No regex in an item reads past the next item's signature: that keeps the
         # work linear when quotes are out of step on one line.
         bound = min(self._anchor_at_or_after(start + 1), n) if anchored else n
-        shallow_patterns = () if self._in_dead(start) else lexis.SHALLOW_CONTAINERS
-        for depth_bound, pattern in enumerate(shallow_patterns, start=1):
-            # Fast path: a shallow, well-formed container is matched in one regex call,
-            # exactly as the loop below would find it.
-            shallow = pattern.match(text, start, bound)
-            if shallow is not None:
-                self.steps += 1
-                end = shallow.end()
-                return _Value(end=end, resume=end, closure=Closure.CLOSED, depth=depth_bound)
+        if not self._in_dead(start):
+            # Fast path: a well-formed container is matched in one call, exactly as the
+            # loop below would find it, unless a dead-quote region (which the loop reads
+            # as plain text) lies inside it.
+            matched = speedups.match_container(text, start, bound)
+            if matched is not None:
+                end, depth = matched
+                if depth <= _ALWAYS_FAST or not self._dead_overlaps(start, end):
+                    self.steps += 1
+                    return _Value(end=end, resume=end, closure=Closure.CLOSED, depth=depth)
         stack = [text[start]]
         open_counts = {"{": 0, "[": 0}
         open_counts[text[start]] += 1
@@ -700,7 +742,7 @@ class _Scanner:
             return
         key = self._member_key(lexis.skip_ws(self.text, pos + 1))
         if key is not None:
-            self._follow(lexis.item_anchor(key), pos if including else pos + 1)
+            self._follow(key, pos if including else pos + 1)
 
     def _item_ahead(self, pos: int) -> bool:
         """Does an item signature follow ``pos``?
@@ -715,11 +757,13 @@ class _Scanner:
             if key is not None:
                 pattern = lexis.item_anchor(key)
                 if pattern.search(self.text, quote + len(key)) is not None:
-                    self._follow(pattern, quote + len(key))
+                    self._follow(key, quote + len(key))
         return self._anchor_at_or_after(pos) <= self.n
 
-    def _follow(self, signature: re.Pattern[str], start: int) -> None:
-        self._anchor_iter = signature.finditer(self.text, start)
+    def _follow(self, key: str, start: int) -> None:
+        """Item signatures are ``{`` then ``key``: look for them from ``start`` on."""
+        self._signature_key = key
+        self._anchor_iter = lexis.item_anchor(key).finditer(self.text, start)
         self._anchor = -1
 
     def _anchor_at_or_after(self, pos: int) -> int:
@@ -737,6 +781,9 @@ class _Scanner:
 
     def _in_dead(self, pos: int) -> bool:
         return self._dead[0] < pos < self._dead[1]
+
+    def _dead_overlaps(self, start: int, end: int) -> bool:
+        return self._dead[0] < end and start < self._dead[1]
 
     def _strict_string(self, quote: int) -> int:
         """End of the well-formed string opening at ``quote``, or -1."""

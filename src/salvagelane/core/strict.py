@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from salvagelane.core import lexis
+from salvagelane.core import lexis, speedups
 from salvagelane.core.records import CorrectionSignal, JSONValue, SignalCode
 from salvagelane.core.scanner import Closure, bracket_extent
 
@@ -120,6 +120,12 @@ _INT64 = float(2**63)
 
 def parse_item(text: str, *, offset: int = 0) -> Parsed | Unparsable:
     """Parse one item's span strictly. ``offset`` locates errors in the raw output."""
+    if speedups.check_strict(text, 0, len(text)) == speedups.STRICT_GRAMMAR:
+        # Proven strict, keys unique, nothing orjson reads differently: one C parse.
+        try:
+            return Parsed(value=orjson.loads(text))
+        except orjson.JSONDecodeError:  # 1e999, or nesting orjson refuses
+            return _parse_precisely(text, offset)
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -295,6 +301,11 @@ def is_strict_document(raw: str, *, depth: int | None = None) -> bool:
     already did (``depth``); deep documents go to the iterative validator so
     that no parser recursion depends on the input.
     """
+    checked = speedups.check_strict(raw, 0, len(raw))
+    if checked == speedups.STRICT_GRAMMAR:
+        return True
+    if checked == 0 or (checked > 0 and checked & speedups.DUPLICATE_KEY):
+        return False  # not one strict value, or a key proven twice
     text = raw.strip(lexis.WHITESPACE)
     if not text or _SURROGATE.search(text):
         return False

@@ -1,0 +1,726 @@
+/* The scanner's two hot loops, compiled (docs/adr/0015-compiled-scan-loops.md).
+
+   Pure functions over a str: no I/O, no allocation that outlives a call, no
+   recursion on input nesting. Each one answers a question the pure-Python core
+   answers too, and says "not sure" rather than guess: the Python code stays the
+   reference, and the tests check that both give the same answers.
+
+   match_container(text, start, bound) -> (end, depth) | None
+       The container opening at `start` (`{` or `[`) closed before `bound`, with
+       every string well formed and every closer matching its opener; what lies
+       between strings and brackets is not looked at. What
+       lexis.SHALLOW_CONTAINERS matches, at any depth.
+
+   check_strict(text, start, end) -> int
+       Is text[start:end] one strict JSON value (RFC 8259, whitespace around it
+       allowed)? 0 when it is not; otherwise STRICT_GRAMMAR plus flags for what
+       the caller must still look at: DUPLICATE_KEY (two members of one object
+       spelled the same), KEYS_UNPROVEN (an object whose keys cannot be compared
+       as raw text: an escape in a key, or more than MAX_COMPARED members),
+       NEEDS_CHECK (a \u0000 or surrogate escape, a raw surrogate, an integer of
+       more than 18 digits, which a 64-bit parser may not keep exact).
+
+   Invariant: every loop iteration consumes at least one character, so each
+   call is linear in the text it reads (key comparisons are bounded by
+   MAX_COMPARED per member).
+*/
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#define STRICT_GRAMMAR 1
+#define DUPLICATE_KEY 2
+#define KEYS_UNPROVEN 4
+#define NEEDS_CHECK 8
+
+/* Members per object whose keys are compared pairwise: beyond it the keys are
+   left to the caller (KEYS_UNPROVEN), so comparison stays linear. */
+#define MAX_COMPARED 64
+
+typedef struct {
+    int kind;
+    const void *data;
+    Py_ssize_t n;
+} Text;
+
+static inline Py_UCS4
+at(const Text *t, Py_ssize_t i)
+{
+    return PyUnicode_READ(t->kind, t->data, i);
+}
+
+static inline int
+is_ws(Py_UCS4 c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+static inline int
+is_hex(Py_UCS4 c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* A growable stack of bytes or of Py_ssize_t; small ones live on the C stack. */
+typedef struct {
+    char small[64];
+    char *items;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+} ByteStack;
+
+static void
+bytes_init(ByteStack *s)
+{
+    s->items = s->small;
+    s->len = 0;
+    s->cap = (Py_ssize_t)sizeof(s->small);
+}
+
+static int
+bytes_push(ByteStack *s, char c)
+{
+    if (s->len == s->cap) {
+        Py_ssize_t cap = s->cap * 2;
+        char *grown = PyMem_Malloc((size_t)cap);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(grown, s->items, (size_t)s->len);
+        if (s->items != s->small) {
+            PyMem_Free(s->items);
+        }
+        s->items = grown;
+        s->cap = cap;
+    }
+    s->items[s->len++] = c;
+    return 0;
+}
+
+static void
+bytes_free(ByteStack *s)
+{
+    if (s->items != s->small) {
+        PyMem_Free(s->items);
+    }
+}
+
+/* The end (past the closing quote) of the well-formed string opening at `quote`,
+   or -1. `flags` (may be NULL) collects NEEDS_CHECK; `escaped` (may be NULL) is
+   set when the string holds an escape. Never reads at or past `bound`. */
+static Py_ssize_t
+string_end(const Text *t, Py_ssize_t quote, Py_ssize_t bound, int *flags, int *escaped)
+{
+    Py_ssize_t i = quote + 1;
+    while (i < bound) {
+        Py_UCS4 c = at(t, i);
+        if (c == '"') {
+            return i + 1;
+        }
+        if (c < 0x20) {
+            return -1;
+        }
+        if (c == '\\') {
+            if (i + 1 >= bound) {
+                return -1;
+            }
+            Py_UCS4 e = at(t, i + 1);
+            if (escaped != NULL) {
+                *escaped = 1;
+            }
+            if (e == 'u') {
+                if (i + 5 >= bound || !is_hex(at(t, i + 2)) || !is_hex(at(t, i + 3))
+                    || !is_hex(at(t, i + 4)) || !is_hex(at(t, i + 5))) {
+                    return -1;
+                }
+                if (flags != NULL) {
+                    Py_UCS4 h0 = at(t, i + 2), h1 = at(t, i + 3);
+                    int surrogate = (h0 == 'd' || h0 == 'D')
+                                    && ((h1 >= '8' && h1 <= '9') || (h1 >= 'a' && h1 <= 'f')
+                                        || (h1 >= 'A' && h1 <= 'F'));
+                    int nul = h0 == '0' && h1 == '0' && at(t, i + 4) == '0'
+                              && at(t, i + 5) == '0';
+                    if (surrogate || nul) {
+                        *flags |= NEEDS_CHECK;
+                    }
+                }
+                i += 6;
+                continue;
+            }
+            if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n'
+                || e == 'r' || e == 't') {
+                i += 2;
+                continue;
+            }
+            return -1;
+        }
+        if (flags != NULL && c >= 0xD800 && c <= 0xDFFF) {
+            *flags |= NEEDS_CHECK;
+        }
+        i++;
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------ match_container */
+
+/* End of the well-formed container opening at `start` and closed before `bound`,
+   with its depth in *depth; -1 if there is none; -2 with an exception set. */
+static Py_ssize_t
+container_end(const Text *t, Py_ssize_t start, Py_ssize_t bound, Py_ssize_t *depth)
+{
+    Py_UCS4 first = at(t, start);
+    if (first != '{' && first != '[') {
+        return -1;
+    }
+    ByteStack stack;
+    bytes_init(&stack);
+    if (bytes_push(&stack, (char)first) < 0) {
+        return -2;
+    }
+    Py_ssize_t result = -1;
+    *depth = 1;
+    Py_ssize_t i = start + 1;
+    while (i < bound) {
+        Py_UCS4 c = at(t, i);
+        if (c == '"') {
+            i = string_end(t, i, bound, NULL, NULL);
+            if (i < 0) {
+                break;
+            }
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            if (bytes_push(&stack, (char)c) < 0) {
+                result = -2;
+                break;
+            }
+            if (stack.len > *depth) {
+                *depth = stack.len;
+            }
+        }
+        else if (c == '}' || c == ']') {
+            if (stack.items[stack.len - 1] != (c == '}' ? '{' : '[')) {
+                break;
+            }
+            if (--stack.len == 0) {
+                result = i + 1;
+                break;
+            }
+        }
+        i++;
+    }
+    bytes_free(&stack);
+    return result;
+}
+
+static int
+as_index(PyObject *arg, Py_ssize_t *out)
+{
+    *out = PyLong_AsSsize_t(arg);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *
+match_container(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t start, bound, depth;
+    if (nargs != 3 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "match_container(text: str, start: int, bound: int)");
+        return NULL;
+    }
+    if (as_index(args[1], &start) < 0 || as_index(args[2], &bound) < 0) {
+        return NULL;
+    }
+    Text t = {PyUnicode_KIND(args[0]), PyUnicode_DATA(args[0]), PyUnicode_GET_LENGTH(args[0])};
+    if (bound > t.n) {
+        bound = t.n;
+    }
+    if (start < 0 || start >= bound) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t end = container_end(&t, start, bound, &depth);
+    if (end == -2) {
+        return NULL;
+    }
+    if (end < 0) {
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(nn)", end, depth);
+}
+
+/* ------------------------------------------------------------------ item_run */
+
+static Py_ssize_t
+skip_ws(const Text *t, Py_ssize_t i)
+{
+    while (i < t->n && is_ws(at(t, i))) {
+        i++;
+    }
+    return i;
+}
+
+/* Does the item signature `{` ws* key ws* `:` start at `i`? */
+static int
+signature_at(const Text *t, Py_ssize_t i, const Text *key)
+{
+    i = skip_ws(t, i + 1);
+    if (t->n - i < key->n) {
+        return 0;
+    }
+    for (Py_ssize_t k = 0; k < key->n; k++) {
+        if (at(t, i + k) != at(key, k)) {
+            return 0;
+        }
+    }
+    i = skip_ws(t, i + key->n);
+    return i < t->n && at(t, i) == ':';
+}
+
+/* The indentation of `pos` if only spaces or tabs precede it on its line, else -1. */
+static Py_ssize_t
+line_indent(const Text *t, Py_ssize_t pos)
+{
+    Py_ssize_t back = pos;
+    while (back > 0 && (at(t, back - 1) == ' ' || at(t, back - 1) == '\t')) {
+        back--;
+    }
+    if (back == 0 || at(t, back - 1) == '\r' || at(t, back - 1) == '\n') {
+        return pos - back;
+    }
+    return -1;
+}
+
+/* item_run(text, pos, key, dead_start, dead_end, shallow)
+       -> (spans, pos, separated, first_indent)
+
+   The run of intact items from `pos`, each taken exactly as the scanner's items
+   loop takes an item on its fast path: `{` after whitespace, outside the dead-quote
+   region, a well-formed container with no item signature inside it (the signature's
+   `key` is the raw key, quotes included), and, deeper than `shallow`, clear of the
+   dead region; then `,` not followed by `,` or `]`. Stops before the first item that
+   is not one (or after one with no such separator: `separated` is then false).
+   `spans` is flat: start, end, depth per item. `first_indent` is the line
+   indentation of the first item that starts its line, or -1. */
+static PyObject *
+item_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t pos, dead_start, dead_end, shallow;
+    if (nargs != 6 || !PyUnicode_Check(args[0]) || !PyUnicode_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "item_run(text: str, pos: int, key: str, dead_start: int, "
+                        "dead_end: int, shallow: int)");
+        return NULL;
+    }
+    if (as_index(args[1], &pos) < 0 || as_index(args[3], &dead_start) < 0
+        || as_index(args[4], &dead_end) < 0 || as_index(args[5], &shallow) < 0) {
+        return NULL;
+    }
+    Text t = {PyUnicode_KIND(args[0]), PyUnicode_DATA(args[0]), PyUnicode_GET_LENGTH(args[0])};
+    Text key = {PyUnicode_KIND(args[2]), PyUnicode_DATA(args[2]), PyUnicode_GET_LENGTH(args[2])};
+    PyObject *spans = PyList_New(0);
+    if (spans == NULL) {
+        return NULL;
+    }
+    int separated = 1;
+    Py_ssize_t first_indent = -1;
+    if (pos < 0) {
+        pos = 0;
+    }
+    for (;;) {
+        Py_ssize_t start = skip_ws(&t, pos), depth, end;
+        if (start >= t.n || at(&t, start) != '{' || (dead_start < start && start < dead_end)) {
+            break;
+        }
+        end = container_end(&t, start, t.n, &depth);
+        if (end == -2) {
+            Py_DECREF(spans);
+            return NULL;
+        }
+        if (end < 0 || (depth > shallow && dead_start < end && start < dead_end)) {
+            break;
+        }
+        int foreign = 0;
+        for (Py_ssize_t i = start + 1; i < end - 1 && !foreign; i++) {
+            foreign = at(&t, i) == '{' && signature_at(&t, i, &key);
+        }
+        if (foreign) {
+            break;
+        }
+        PyObject *triple[3] = {PyLong_FromSsize_t(start), PyLong_FromSsize_t(end),
+                               PyLong_FromSsize_t(depth)};
+        for (int k = 0; k < 3; k++) {
+            if (triple[k] == NULL || PyList_Append(spans, triple[k]) < 0) {
+                for (int j = 0; j < 3; j++) {
+                    Py_XDECREF(triple[j]);
+                }
+                Py_DECREF(spans);
+                return NULL;
+            }
+        }
+        for (int k = 0; k < 3; k++) {
+            Py_DECREF(triple[k]);
+        }
+        if (first_indent < 0) {
+            first_indent = line_indent(&t, start);
+        }
+        Py_ssize_t comma = skip_ws(&t, end);
+        if (comma < t.n && at(&t, comma) == ',') {
+            Py_ssize_t after = skip_ws(&t, comma + 1);
+            if (!(after < t.n && (at(&t, after) == ',' || at(&t, after) == ']'))) {
+                pos = comma + 1;
+                continue;
+            }
+        }
+        pos = end;
+        separated = 0;
+        break;
+    }
+    return Py_BuildValue("(Nnin)", spans, pos, separated, first_indent);
+}
+
+/* --------------------------------------------------------------- check_strict */
+
+typedef enum { E_VALUE, E_VALUE_OR_CLOSE, E_KEY, E_KEY_OR_CLOSE, E_COLON, E_COMMA_OR_CLOSE, E_END } Expect;
+
+typedef struct {
+    char kind;             /* '{' or '[' */
+    char unproven;         /* an escaped key, or too many members to compare */
+    Py_ssize_t members;
+    Py_ssize_t key_base;   /* index of this object's first key in the key list */
+} Level;
+
+typedef struct {
+    Level *levels;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+    Py_ssize_t *keys;      /* start, end pairs of the compared keys of open objects */
+    Py_ssize_t keys_len;
+    Py_ssize_t keys_cap;
+} Nesting;
+
+static int
+grow(void **items, Py_ssize_t *cap, size_t size)
+{
+    Py_ssize_t new_cap = *cap ? *cap * 2 : 16;
+    void *grown = PyMem_Realloc(*items, (size_t)new_cap * size);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *items = grown;
+    *cap = new_cap;
+    return 0;
+}
+
+static int
+same_text(const Text *t, Py_ssize_t a, Py_ssize_t a_end, Py_ssize_t b, Py_ssize_t b_end)
+{
+    if (a_end - a != b_end - b) {
+        return 0;
+    }
+    if (t->kind == PyUnicode_1BYTE_KIND) {
+        return memcmp((const Py_UCS1 *)t->data + a, (const Py_UCS1 *)t->data + b,
+                      (size_t)(a_end - a)) == 0;
+    }
+    for (Py_ssize_t k = 0; k < a_end - a; k++) {
+        if (at(t, a + k) != at(t, b + k)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The key from `start` to `end` (quotes included) as a member of the innermost open
+   object: compared with its earlier keys when that can prove or refute uniqueness. */
+static int
+note_key(const Text *t, Nesting *nest, Py_ssize_t start, Py_ssize_t end, int escaped, int *flags)
+{
+    Level *level = &nest->levels[nest->len - 1];
+    level->members++;
+    if (level->unproven) {
+        return 0;
+    }
+    if (escaped || level->members > MAX_COMPARED) {
+        /* "a" and "\u0061" are one key: raw text cannot tell. */
+        level->unproven = 1;
+        *flags |= KEYS_UNPROVEN;
+        return 0;
+    }
+    for (Py_ssize_t k = level->key_base; k < nest->keys_len; k += 2) {
+        if (same_text(t, nest->keys[k], nest->keys[k + 1], start, end)) {
+            *flags |= DUPLICATE_KEY;
+        }
+    }
+    if (nest->keys_len + 2 > nest->keys_cap
+        && grow((void **)&nest->keys, &nest->keys_cap, sizeof(Py_ssize_t)) < 0) {
+        return -1;
+    }
+    nest->keys[nest->keys_len++] = start;
+    nest->keys[nest->keys_len++] = end;
+    return 0;
+}
+
+static int
+open_level(Nesting *nest, char kind)
+{
+    if (nest->len == nest->cap && grow((void **)&nest->levels, &nest->cap, sizeof(Level)) < 0) {
+        return -1;
+    }
+    Level *level = &nest->levels[nest->len++];
+    level->kind = kind;
+    level->unproven = 0;
+    level->members = 0;
+    level->key_base = nest->keys_len;
+    return 0;
+}
+
+static void
+close_level(Nesting *nest)
+{
+    nest->keys_len = nest->levels[nest->len - 1].key_base;
+    nest->len--;
+}
+
+/* Past the number starting at `i` (RFC 8259 grammar), or -1. */
+static Py_ssize_t
+number_end(const Text *t, Py_ssize_t i, Py_ssize_t end, int *flags)
+{
+    Py_ssize_t digits_start;
+    int fraction_or_exponent = 0;
+    if (i < end && at(t, i) == '-') {
+        i++;
+    }
+    digits_start = i;
+    if (i >= end) {
+        return -1;
+    }
+    if (at(t, i) == '0') {
+        i++;
+    }
+    else if (at(t, i) >= '1' && at(t, i) <= '9') {
+        while (i < end && at(t, i) >= '0' && at(t, i) <= '9') {
+            i++;
+        }
+    }
+    else {
+        return -1;
+    }
+    Py_ssize_t int_digits = i - digits_start;
+    if (i < end && at(t, i) == '.') {
+        i++;
+        if (i >= end || at(t, i) < '0' || at(t, i) > '9') {
+            return -1;
+        }
+        while (i < end && at(t, i) >= '0' && at(t, i) <= '9') {
+            i++;
+        }
+        fraction_or_exponent = 1;
+    }
+    if (i < end && (at(t, i) == 'e' || at(t, i) == 'E')) {
+        i++;
+        if (i < end && (at(t, i) == '+' || at(t, i) == '-')) {
+            i++;
+        }
+        if (i >= end || at(t, i) < '0' || at(t, i) > '9') {
+            return -1;
+        }
+        while (i < end && at(t, i) >= '0' && at(t, i) <= '9') {
+            i++;
+        }
+        fraction_or_exponent = 1;
+    }
+    if (!fraction_or_exponent && int_digits > 18) {
+        *flags |= NEEDS_CHECK;  /* may not fit in 64 bits */
+    }
+    return i;
+}
+
+static int
+literal_at(const Text *t, Py_ssize_t i, Py_ssize_t end, const char *word)
+{
+    Py_ssize_t len = (Py_ssize_t)strlen(word);
+    if (end - i < len) {
+        return 0;
+    }
+    for (Py_ssize_t k = 0; k < len; k++) {
+        if (at(t, i + k) != (Py_UCS4)(unsigned char)word[k]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* 0: not one strict value; otherwise STRICT_GRAMMAR | flags; -1 with an exception set. */
+static int
+strict_value(const Text *t, Py_ssize_t i, Py_ssize_t end)
+{
+    Nesting nest = {NULL, 0, 0, NULL, 0, 0};
+    Expect expect = E_VALUE;
+    int flags = 0;
+    int result = 0;
+    for (;;) {
+        while (i < end && is_ws(at(t, i))) {
+            i++;
+        }
+        if (i >= end) {
+            result = expect == E_END ? STRICT_GRAMMAR | flags : 0;
+            break;
+        }
+        if (expect == E_END) {
+            break;
+        }
+        Py_UCS4 c = at(t, i);
+        if (expect == E_COLON) {
+            if (c != ':') {
+                break;
+            }
+            expect = E_VALUE;
+            i++;
+            continue;
+        }
+        if (expect == E_COMMA_OR_CLOSE) {
+            char kind = nest.levels[nest.len - 1].kind;
+            if (c == ',') {
+                expect = kind == '{' ? E_KEY : E_VALUE;
+                i++;
+                continue;
+            }
+            if ((c == '}' && kind == '{') || (c == ']' && kind == '[')) {
+                close_level(&nest);
+                i++;
+                expect = nest.len ? E_COMMA_OR_CLOSE : E_END;
+                continue;
+            }
+            break;
+        }
+        if (expect == E_KEY || expect == E_KEY_OR_CLOSE) {
+            if (c == '}' && expect == E_KEY_OR_CLOSE) {
+                close_level(&nest);
+                i++;
+                expect = nest.len ? E_COMMA_OR_CLOSE : E_END;
+                continue;
+            }
+            if (c != '"') {
+                break;
+            }
+            int escaped = 0;
+            Py_ssize_t key_end = string_end(t, i, end, &flags, &escaped);
+            if (key_end < 0) {
+                break;
+            }
+            if (note_key(t, &nest, i, key_end, escaped, &flags) < 0) {
+                result = -1;
+                break;
+            }
+            i = key_end;
+            expect = E_COLON;
+            continue;
+        }
+        /* E_VALUE or E_VALUE_OR_CLOSE */
+        if (c == ']' && expect == E_VALUE_OR_CLOSE) {
+            close_level(&nest);
+            i++;
+            expect = nest.len ? E_COMMA_OR_CLOSE : E_END;
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            if (open_level(&nest, (char)c) < 0) {
+                result = -1;
+                break;
+            }
+            i++;
+            expect = c == '{' ? E_KEY_OR_CLOSE : E_VALUE_OR_CLOSE;
+            continue;
+        }
+        if (c == '"') {
+            i = string_end(t, i, end, &flags, NULL);
+        }
+        else if (c == '-' || (c >= '0' && c <= '9')) {
+            i = number_end(t, i, end, &flags);
+        }
+        else if (literal_at(t, i, end, "true")) {
+            i += 4;
+        }
+        else if (literal_at(t, i, end, "false")) {
+            i += 5;
+        }
+        else if (literal_at(t, i, end, "null")) {
+            i += 4;
+        }
+        else {
+            break;
+        }
+        if (i < 0) {
+            break;
+        }
+        expect = nest.len ? E_COMMA_OR_CLOSE : E_END;
+    }
+    PyMem_Free(nest.levels);
+    PyMem_Free(nest.keys);
+    return result;
+}
+
+static PyObject *
+check_strict(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "check_strict(text: str, start: int, end: int)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
+    if (end == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Text t = {PyUnicode_KIND(args[0]), PyUnicode_DATA(args[0]), PyUnicode_GET_LENGTH(args[0])};
+    if (end > t.n) {
+        end = t.n;
+    }
+    if (start < 0) {
+        start = 0;
+    }
+    int result = start < end ? strict_value(&t, start, end) : 0;
+    if (result < 0) {
+        return NULL;
+    }
+    return PyLong_FromLong(result);
+}
+
+/* -------------------------------------------------------------------- module */
+
+static PyMethodDef methods[] = {
+    {"match_container", (PyCFunction)(void (*)(void))match_container, METH_FASTCALL,
+     "match_container(text, start, bound) -> (end, depth) | None"},
+    {"item_run", (PyCFunction)(void (*)(void))item_run, METH_FASTCALL,
+     "item_run(text, pos, key, dead_start, dead_end, shallow) -> (spans, pos, separated, indent)"},
+    {"check_strict", (PyCFunction)(void (*)(void))check_strict, METH_FASTCALL,
+     "check_strict(text, start, end) -> int (0: not one strict JSON value)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_speedups",
+    "The scanner's hot loops, compiled; the pure-Python core is the reference.", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(module, "STRICT_GRAMMAR", STRICT_GRAMMAR) < 0
+        || PyModule_AddIntConstant(module, "DUPLICATE_KEY", DUPLICATE_KEY) < 0
+        || PyModule_AddIntConstant(module, "KEYS_UNPROVEN", KEYS_UNPROVEN) < 0
+        || PyModule_AddIntConstant(module, "NEEDS_CHECK", NEEDS_CHECK) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

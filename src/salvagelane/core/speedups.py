@@ -1,0 +1,84 @@
+"""The scanner's hot loops: compiled when the extension was built, Python otherwise.
+
+``_speedups.c`` answers two questions the pure-Python core answers too, faster
+(docs/adr/0015-compiled-scan-loops.md): where a well-formed container ends, and
+whether a span is one strict JSON value whose keys are provably unique. The
+Python answers are the reference: the tests run both and require the same
+scan results and the same verdicts. This is the one module that imports the
+extension; :func:`use_python` lets the tests (and a benchmark's baseline) run
+the reference loops on a machine that has the compiled ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import ModuleType
+
+from salvagelane.core import lexis
+
+# check_strict flags (the same values as in _speedups.c).
+STRICT_GRAMMAR = 1  # one strict JSON value (RFC 8259), whitespace around it allowed
+DUPLICATE_KEY = 2  # two members of one object spelled the same
+KEYS_UNPROVEN = 4  # keys raw text cannot compare: an escape in one, or very many members
+NEEDS_CHECK = 8  # \u0000 or a surrogate escape, a raw surrogate, an integer beyond 18 digits
+NOT_CHECKED = -1  # no compiled check: the caller's own path decides
+
+MatchContainer = Callable[[str, int, int], "tuple[int, int] | None"]
+CheckStrict = Callable[[str, int, int], int]
+ItemRun = Callable[[str, int, str, int, int, int], "tuple[list[int], int, bool, int]"]
+
+
+def _python_match_container(text: str, start: int, bound: int) -> tuple[int, int] | None:
+    """What the compiled loop answers, for containers nesting at most three levels."""
+    for depth, pattern in enumerate(lexis.SHALLOW_CONTAINERS, start=1):
+        shallow = pattern.match(text, start, bound)
+        if shallow is not None:
+            return shallow.end(), depth
+    return None
+
+
+def _not_checked(text: str, start: int, end: int) -> int:
+    return NOT_CHECKED
+
+
+def _load() -> ModuleType | None:
+    try:
+        from salvagelane.core import _speedups
+    except ImportError:  # built without a C compiler: the Python loops run
+        return None
+    compiled: ModuleType = _speedups
+    return compiled
+
+
+_COMPILED = _load()
+COMPILED = _COMPILED is not None
+"""Whether the compiled loops were built and load (``salvagelane --version`` says)."""
+
+match_container: MatchContainer = (
+    _COMPILED.match_container if _COMPILED is not None else _python_match_container
+)
+"""``(end, depth)`` of the well-formed container opening at ``start``, closed before
+``bound``; None if it is not closed there, a string in it is not well formed, or
+a closer does not match its opener. Python answers only up to depth three."""
+
+check_strict: CheckStrict = _COMPILED.check_strict if _COMPILED is not None else _not_checked
+"""0 when ``text[start:end]`` is not one strict JSON value, else ``STRICT_GRAMMAR``
+plus flags; ``NOT_CHECKED`` without the compiled loops."""
+
+item_run: ItemRun | None = _COMPILED.item_run if _COMPILED is not None else None
+"""``(spans, pos, separated, first_indent)``: the run of intact items from ``pos`` the
+scanner's items loop would take one by one on its fast path (see ``_speedups.c``).
+None without the compiled loops: the scanner then takes them one by one."""
+
+
+@contextmanager
+def use_python() -> Iterator[None]:
+    """Run the reference Python loops inside the block (tests, benchmark baselines)."""
+    global match_container, check_strict, item_run
+    saved = match_container, check_strict, item_run
+    match_container, check_strict, item_run = _python_match_container, _not_checked, None
+    try:
+        yield
+    finally:
+        match_container, check_strict, item_run = saved
