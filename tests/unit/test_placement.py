@@ -132,6 +132,17 @@ PLACEMENT_CASES = [
         ["A-2"],
         id="one-per-line-closer-in-the-broken-string",
     ),
+    pytest.param(
+        # Found by an exploring Hypothesis run: closers inside two strings ("x}") make the
+        # damaged item's raw brackets balance; the stray `]}` after S-9 are its closers.
+        '{"findings": [{"rank": 1, "id": "A-1", "severity": "low", "title": "t", "related": '
+        '[{""rank": 8, "id": "S-8", "severity": "low", "title": "x}", "related": '
+        '[{"rank": 7, "id": "S-7", "severity": "low", "title": "x}"}]}, '
+        '{"rank": 9, "id": "S-9", "severity": "low", "title": "t"}]}, '
+        '{"rank": 2, "id": "A-2", "severity": "low", "title": "t"}]}',
+        ["A-2"],
+        id="closers-in-strings-balance-the-damaged-item",
+    ),
 ]
 
 

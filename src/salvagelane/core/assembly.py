@@ -45,7 +45,12 @@ from salvagelane.core.scanner import (
     scan,
 )
 from salvagelane.core.schema import ItemSchema
-from salvagelane.core.strict import Parsed, is_strict_document, parse_item
+from salvagelane.core.strict import (
+    Parsed,
+    is_strict_document,
+    parse_item,
+    strict_document_items,
+)
 from salvagelane.errors import ItemsPathError
 
 
@@ -108,8 +113,20 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
     ctx = ChainContext(guardrails=limits, schema=policy.item_schema)
     survivors: list[Review] = []
     rejected: list[tuple[Candidate, Rejection]] = []
-    for candidate in scanned.candidates:
-        outcome = review_item(Review(candidate=candidate, text=candidate.span.text(raw)), ctx)
+    # A valid report is parsed once, not item by item (the values are the same).
+    values = (
+        strict_document_items(raw, scanned.items_path, len(scanned.candidates))
+        if _scan_is_clean(raw, scanned)
+        else None
+    )
+    for position, candidate in enumerate(scanned.candidates):
+        text = candidate.span.text(raw)
+        review = (
+            Review(candidate=candidate, text=text)
+            if values is None
+            else Review(candidate=candidate, text=text, data=values[position])
+        )
+        outcome = review_item(review, ctx)
         if isinstance(outcome, Rejection):
             rejected.append((candidate, outcome))
         else:
@@ -120,7 +137,7 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
 
     envelope, issues = _assemble_envelope(raw, scanned.envelope, ctx)
     return SalvageResult(
-        document_valid=_document_valid(raw, scanned),
+        document_valid=values is not None or _document_valid(raw, scanned),
         truncated=scanned.truncated or finish is FinishReason.LENGTH,
         items_found=scanned.items_found,
         envelope=envelope,
@@ -306,12 +323,7 @@ def _document_valid(raw: str, scanned: ScanResult) -> bool:
     root = scanned.root
     if root is None or raw[: root.start].strip(lexis.WHITESPACE):
         return is_strict_document(raw)
-    if (
-        scanned.truncated
-        or scanned.anomalies
-        or any(not c.complete for c in scanned.candidates)
-        or any(f.closure is not Closure.CLOSED for f in scanned.envelope)
-    ):
+    if not _scan_is_clean(raw, scanned):
         return False
     levels = len(scanned.items_path)
     depth = max(
@@ -320,6 +332,19 @@ def _document_valid(raw: str, scanned: ScanResult) -> bool:
         + [levels + 1 if scanned.container is not None else 1]
     )
     return is_strict_document(raw, depth=depth)
+
+
+def _scan_is_clean(raw: str, scanned: ScanResult) -> bool:
+    """Nothing in the scan a valid document cannot hold, its root starting the text."""
+    root = scanned.root
+    return not (
+        root is None
+        or raw[: root.start].strip(lexis.WHITESPACE)
+        or scanned.truncated
+        or scanned.anomalies
+        or any(not c.complete for c in scanned.candidates)
+        or any(f.closure is not Closure.CLOSED for f in scanned.envelope)
+    )
 
 
 def _notes(scanned: ScanResult) -> tuple[str, ...]:

@@ -180,6 +180,8 @@ def parse_strictly(review: Review, ctx: ChainContext) -> Review | Rejection:
     an item the repair cannot make parse keeps the rejection its own text earned.
     """
     candidate = review.candidate
+    if review.data is not _UNPARSED and candidate.closure is Closure.CLOSED:
+        return review  # parsed with the whole document, which was proven strict
     parsed = parse_item(review.text, offset=candidate.span.start)
     if (
         not isinstance(parsed, Parsed)
@@ -204,7 +206,14 @@ def parse_strictly(review: Review, ctx: ChainContext) -> Review | Rejection:
         else:
             signal = parsed.signal
         return Rejection(reason=Reason.MALFORMED, signal=signal)
-    return replace(review, data=parsed.value)
+    # Built directly: dataclasses.replace looks the fields up on every call.
+    return Review(
+        candidate=candidate,
+        text=review.text,
+        data=parsed.value,
+        coercions=review.coercions,
+        repairs=review.repairs,
+    )
 
 
 def require_object(review: Review, ctx: ChainContext) -> Review | Rejection:
@@ -366,6 +375,10 @@ def check_item_count(kept: int, guardrails: Guardrails) -> Rejection | None:
 
 def lookup(data: JSONValue, dotted: str) -> tuple[bool, JSONValue]:
     """Follow a dotted key path into nested objects."""
+    if "." not in dotted:  # the usual case: a top-level field
+        if isinstance(data, dict) and dotted in data:
+            return True, data[dotted]
+        return False, None
     node = data
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:

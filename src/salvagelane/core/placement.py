@@ -85,6 +85,8 @@ def place(text: str, candidates: Sequence[Candidate], bounds: ListBounds) -> tup
             continue
         balance = raw_balance(text, head.span.start, head.span.end)
         if balance <= 0:
+            if head.closure is Closure.BROKEN and not head.stray:
+                _unplace_before_closers(text, placed, index, head, bounds)
             continue
         members: list[int] = []
         previous_end = head.span.end
@@ -109,6 +111,35 @@ def place(text: str, candidates: Sequence[Candidate], bounds: ListBounds) -> tup
             if _closers_after(text, previous_end, bounds) < 0:
                 _unplace(placed, members, head)
     return tuple(placed)
+
+
+def _unplace_before_closers(
+    text: str, placed: list[Candidate], index: int, head: Candidate, bounds: ListBounds
+) -> None:
+    """After an item damaged out of step whose raw brackets seem to balance.
+
+    Brackets inside its strings (``"x}"``) can hide containers it left open, so the
+    balance proves nothing. Closers between the next items (stray ``]}`` the scanner
+    stepped over) are then the damaged item's own: the clean items before them were
+    nested in it. Only the clean run right after the item is looked at.
+    """
+    members: list[int] = []
+    previous_end = head.span.end
+    while index < len(placed):
+        candidate = placed[index]
+        if raw_balance(text, previous_end, candidate.span.start) < 0:
+            break
+        if candidate.closure is not Closure.CLOSED or raw_balance(
+            text, candidate.span.start, candidate.span.end
+        ):
+            return  # damaged too: placed from its own reading
+        members.append(index)
+        previous_end = candidate.span.end
+        index += 1
+    else:
+        if _closers_after(text, previous_end, bounds) >= 0:
+            return
+    _unplace(placed, members, head)
 
 
 def _unplace(placed: list[Candidate], members: list[int], head: Candidate) -> None:

@@ -294,6 +294,30 @@ def _unparsable(
     )
 
 
+def strict_document_items(raw: str, items_path: tuple[str, ...], count: int) -> list[Any] | None:
+    """The items of ``raw`` parsed in one pass, when the whole text is proven strict.
+
+    Proven means the compiled check found one RFC 8259 value with unique keys and
+    nothing an item parse would look at again (NUL, surrogates, integers beyond 64
+    bits): each item's value is then exactly what :func:`parse_item` gives its span.
+    None when that is not proven, or when the list at ``items_path`` does not hold
+    ``count`` values (the scan's candidates, which must be its elements).
+    """
+    if speedups.check_strict(raw, 0, len(raw)) != speedups.STRICT_GRAMMAR:
+        return None
+    try:
+        node = orjson.loads(raw)
+    except orjson.JSONDecodeError:  # 1e999, or nesting orjson refuses
+        return None
+    for key in items_path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    if not isinstance(node, list) or len(node) != count:
+        return None
+    return node
+
+
 def is_strict_document(raw: str, *, depth: int | None = None) -> bool:
     """True when ``raw``, less surrounding whitespace, is one RFC 8259 text with unique keys.
 
@@ -409,6 +433,9 @@ def member_path(path: str, key: str) -> str:
 
 def describe(value: JSONValue, limit: int = 60) -> str:
     """A short, JSON-encoded rendering of a received value for correction signals."""
+    if type(value) is int:  # a rank, a count: the one kind every over_limit names
+        text = str(value)
+        return text if len(text) <= limit else text[: limit - 3] + "..."
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError):
