@@ -44,7 +44,9 @@ def _compile(root: Path, *, in_place: bool) -> Path:
     from setuptools import Distribution, Extension
     from setuptools.command.build_ext import build_ext
 
-    extension = Extension(MODULE, [SOURCE], extra_compile_args=["-O2"])
+    extension = Extension(
+        MODULE, [SOURCE], extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+    )
     distribution = Distribution(
         {"name": "salvagelane", "ext_modules": [extension], "package_dir": {"": "src"}}
     )

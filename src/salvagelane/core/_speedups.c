@@ -43,19 +43,53 @@ typedef struct {
     Py_ssize_t n;
 } Text;
 
-static inline Py_UCS4
+/* The loops are written once over a Text and inlined into one copy per string kind
+   (see the entry points), so that every character read is a plain load. */
+#define HOT static inline __attribute__((always_inline))
+
+/* Run STATEMENT with `t`, the Text of `str`, whose kind is a constant in each branch. */
+#define BY_KIND(str, STATEMENT)                                                            \
+    do {                                                                                   \
+        const void *data_ = PyUnicode_DATA(str);                                           \
+        Py_ssize_t n_ = PyUnicode_GET_LENGTH(str);                                         \
+        if (PyUnicode_KIND(str) == PyUnicode_1BYTE_KIND) {                                 \
+            const Text t = {PyUnicode_1BYTE_KIND, data_, n_};                              \
+            STATEMENT;                                                                     \
+        }                                                                                  \
+        else if (PyUnicode_KIND(str) == PyUnicode_2BYTE_KIND) {                            \
+            const Text t = {PyUnicode_2BYTE_KIND, data_, n_};                              \
+            STATEMENT;                                                                     \
+        }                                                                                  \
+        else {                                                                             \
+            const Text t = {PyUnicode_4BYTE_KIND, data_, n_};                              \
+            STATEMENT;                                                                     \
+        }                                                                                  \
+    } while (0)
+
+/* Characters a string body stops at: the quote, the backslash, control characters. */
+static const unsigned char STRING_STOP[128] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    ['"'] = 1, ['\\'] = 1,
+};
+
+/* Characters the bracket matcher stops at: quotes and brackets. */
+static const unsigned char BRACKET_STOP[128] = {
+    ['"'] = 1, ['{'] = 1, ['}'] = 1, ['['] = 1, [']'] = 1,
+};
+
+HOT Py_UCS4
 at(const Text *t, Py_ssize_t i)
 {
     return PyUnicode_READ(t->kind, t->data, i);
 }
 
-static inline int
+HOT int
 is_ws(Py_UCS4 c)
 {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
-static inline int
+HOT int
 is_hex(Py_UCS4 c)
 {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
@@ -109,12 +143,16 @@ bytes_free(ByteStack *s)
 /* The end (past the closing quote) of the well-formed string opening at `quote`,
    or -1. `flags` (may be NULL) collects NEEDS_CHECK; `escaped` (may be NULL) is
    set when the string holds an escape. Never reads at or past `bound`. */
-static Py_ssize_t
+HOT Py_ssize_t
 string_end(const Text *t, Py_ssize_t quote, Py_ssize_t bound, int *flags, int *escaped)
 {
     Py_ssize_t i = quote + 1;
     while (i < bound) {
         Py_UCS4 c = at(t, i);
+        if (c < 128 ? !STRING_STOP[c] : (c < 0xD800 || c > 0xDFFF)) {
+            i++;  /* the usual character: nothing to check */
+            continue;
+        }
         if (c == '"') {
             return i + 1;
         }
@@ -167,7 +205,7 @@ string_end(const Text *t, Py_ssize_t quote, Py_ssize_t bound, int *flags, int *e
 
 /* End of the well-formed container opening at `start` and closed before `bound`,
    with its depth in *depth; -1 if there is none; -2 with an exception set. */
-static Py_ssize_t
+HOT Py_ssize_t
 container_end(const Text *t, Py_ssize_t start, Py_ssize_t bound, Py_ssize_t *depth)
 {
     Py_UCS4 first = at(t, start);
@@ -184,6 +222,10 @@ container_end(const Text *t, Py_ssize_t start, Py_ssize_t bound, Py_ssize_t *dep
     Py_ssize_t i = start + 1;
     while (i < bound) {
         Py_UCS4 c = at(t, i);
+        if (c >= 128 || !BRACKET_STOP[c]) {
+            i++;
+            continue;
+        }
         if (c == '"') {
             i = string_end(t, i, bound, NULL, NULL);
             if (i < 0) {
@@ -233,14 +275,14 @@ match_container(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (as_index(args[1], &start) < 0 || as_index(args[2], &bound) < 0) {
         return NULL;
     }
-    Text t = {PyUnicode_KIND(args[0]), PyUnicode_DATA(args[0]), PyUnicode_GET_LENGTH(args[0])};
-    if (bound > t.n) {
-        bound = t.n;
+    if (bound > PyUnicode_GET_LENGTH(args[0])) {
+        bound = PyUnicode_GET_LENGTH(args[0]);
     }
     if (start < 0 || start >= bound) {
         Py_RETURN_NONE;
     }
-    Py_ssize_t end = container_end(&t, start, bound, &depth);
+    Py_ssize_t end;
+    BY_KIND(args[0], end = container_end(&t, start, bound, &depth));
     if (end == -2) {
         return NULL;
     }
@@ -252,7 +294,7 @@ match_container(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 /* ------------------------------------------------------------------ item_run */
 
-static Py_ssize_t
+HOT Py_ssize_t
 skip_ws(const Text *t, Py_ssize_t i)
 {
     while (i < t->n && is_ws(at(t, i))) {
@@ -262,7 +304,7 @@ skip_ws(const Text *t, Py_ssize_t i)
 }
 
 /* Does the item signature `{` ws* key ws* `:` start at `i`? */
-static int
+HOT int
 signature_at(const Text *t, Py_ssize_t i, const Text *key)
 {
     i = skip_ws(t, i + 1);
@@ -279,7 +321,7 @@ signature_at(const Text *t, Py_ssize_t i, const Text *key)
 }
 
 /* The indentation of `pos` if only spaces or tabs precede it on its line, else -1. */
-static Py_ssize_t
+HOT Py_ssize_t
 line_indent(const Text *t, Py_ssize_t pos)
 {
     Py_ssize_t back = pos;
@@ -303,6 +345,9 @@ line_indent(const Text *t, Py_ssize_t pos)
    is not one (or after one with no such separator: `separated` is then false).
    `spans` is flat: start, end, depth per item. `first_indent` is the line
    indentation of the first item that starts its line, or -1. */
+HOT PyObject *item_run_body(const Text *text, const Text *key_text, Py_ssize_t pos,
+                           Py_ssize_t dead_start, Py_ssize_t dead_end, Py_ssize_t shallow);
+
 static PyObject *
 item_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -317,14 +362,25 @@ item_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         || as_index(args[4], &dead_end) < 0 || as_index(args[5], &shallow) < 0) {
         return NULL;
     }
-    Text t = {PyUnicode_KIND(args[0]), PyUnicode_DATA(args[0]), PyUnicode_GET_LENGTH(args[0])};
     Text key = {PyUnicode_KIND(args[2]), PyUnicode_DATA(args[2]), PyUnicode_GET_LENGTH(args[2])};
+    PyObject *result;
+    BY_KIND(args[0], result = item_run_body(&t, &key, pos, dead_start, dead_end, shallow));
+    return result;
+}
+
+HOT PyObject *
+item_run_body(const Text *text, const Text *key_text, Py_ssize_t pos, Py_ssize_t dead_start,
+              Py_ssize_t dead_end, Py_ssize_t shallow)
+{
+    const Text t = *text;
+    const Text key = *key_text;
     PyObject *spans = PyList_New(0);
     if (spans == NULL) {
         return NULL;
     }
     int separated = 1;
     Py_ssize_t first_indent = -1;
+    Py_ssize_t signature = -1;  /* the next signature found, moving forward only: linear */
     if (pos < 0) {
         pos = 0;
     }
@@ -333,19 +389,20 @@ item_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (start >= t.n || at(&t, start) != '{' || (dead_start < start && start < dead_end)) {
             break;
         }
-        end = container_end(&t, start, t.n, &depth);
+        /* Like the scanner, an item never reads past the next signature: one inside it
+           (in a string too) is for the loop to judge. */
+        if (signature <= start) {
+            signature = start + 1;
+            while (signature < t.n && !(at(&t, signature) == '{' && signature_at(&t, signature, &key))) {
+                signature++;
+            }
+        }
+        end = container_end(&t, start, signature, &depth);
         if (end == -2) {
             Py_DECREF(spans);
             return NULL;
         }
         if (end < 0 || (depth > shallow && dead_start < end && start < dead_end)) {
-            break;
-        }
-        int foreign = 0;
-        for (Py_ssize_t i = start + 1; i < end - 1 && !foreign; i++) {
-            foreign = at(&t, i) == '{' && signature_at(&t, i, &key);
-        }
-        if (foreign) {
             break;
         }
         PyObject *triple[3] = {PyLong_FromSsize_t(start), PyLong_FromSsize_t(end),
@@ -414,7 +471,7 @@ grow(void **items, Py_ssize_t *cap, size_t size)
     return 0;
 }
 
-static int
+HOT int
 same_text(const Text *t, Py_ssize_t a, Py_ssize_t a_end, Py_ssize_t b, Py_ssize_t b_end)
 {
     if (a_end - a != b_end - b) {
@@ -434,7 +491,7 @@ same_text(const Text *t, Py_ssize_t a, Py_ssize_t a_end, Py_ssize_t b, Py_ssize_
 
 /* The key from `start` to `end` (quotes included) as a member of the innermost open
    object: compared with its earlier keys when that can prove or refute uniqueness. */
-static int
+HOT int
 note_key(const Text *t, Nesting *nest, Py_ssize_t start, Py_ssize_t end, int escaped, int *flags)
 {
     Level *level = &nest->levels[nest->len - 1];
@@ -484,7 +541,7 @@ close_level(Nesting *nest)
 }
 
 /* Past the number starting at `i` (RFC 8259 grammar), or -1. */
-static Py_ssize_t
+HOT Py_ssize_t
 number_end(const Text *t, Py_ssize_t i, Py_ssize_t end, int *flags)
 {
     Py_ssize_t digits_start;
@@ -537,7 +594,7 @@ number_end(const Text *t, Py_ssize_t i, Py_ssize_t end, int *flags)
     return i;
 }
 
-static int
+HOT int
 literal_at(const Text *t, Py_ssize_t i, Py_ssize_t end, const char *word)
 {
     Py_ssize_t len = (Py_ssize_t)strlen(word);
@@ -553,7 +610,7 @@ literal_at(const Text *t, Py_ssize_t i, Py_ssize_t end, const char *word)
 }
 
 /* 0: not one strict value; otherwise STRICT_GRAMMAR | flags; -1 with an exception set. */
-static int
+HOT int
 strict_value(const Text *t, Py_ssize_t i, Py_ssize_t end)
 {
     Nesting nest = {NULL, 0, 0, NULL, 0, 0};
@@ -677,14 +734,16 @@ check_strict(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (end == -1 && PyErr_Occurred()) {
         return NULL;
     }
-    Text t = {PyUnicode_KIND(args[0]), PyUnicode_DATA(args[0]), PyUnicode_GET_LENGTH(args[0])};
-    if (end > t.n) {
-        end = t.n;
+    if (end > PyUnicode_GET_LENGTH(args[0])) {
+        end = PyUnicode_GET_LENGTH(args[0]);
     }
     if (start < 0) {
         start = 0;
     }
-    int result = start < end ? strict_value(&t, start, end) : 0;
+    int result = 0;
+    if (start < end) {
+        BY_KIND(args[0], result = strict_value(&t, start, end));
+    }
     if (result < 0) {
         return NULL;
     }
@@ -706,6 +765,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_speedups",
     "The scanner's hot loops, compiled; the pure-Python core is the reference.", -1, methods,
+    NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC
