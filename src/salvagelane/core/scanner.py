@@ -133,6 +133,10 @@ class _Scanner:
         self.container: Span | None = None
         self.container_closed = False
         self.candidates: list[Candidate] = []
+        # Kept as candidates are added, so that a clean scan of many items is not walked
+        # again: a candidate found before the last one, and one that is not clean.
+        self._out_of_order = False
+        self._unclean = False
         self.anomalies: list[Anomaly] = []
         self._anchor_iter: Iterator[re.Match[str]] | None = None
         self._signature_key = ""  # the raw key (quotes included) items open with, once learned
@@ -174,8 +178,10 @@ class _Scanner:
             self._hold_objects_outside(0, root.start, "before")
             self._hold_objects_outside(end, self.n, "after")
         # Text outside the report is looked at last; candidates are numbered in text order.
-        candidates = sorted(self.candidates, key=lambda c: c.span.start)
-        if self.container is not None and root is not None and not self._in_step(candidates):
+        candidates = self.candidates
+        if self._out_of_order:
+            candidates = sorted(candidates, key=lambda c: c.span.start)
+        if self.container is not None and root is not None and not self._in_step():
             closed = self.container_closed and self.container.end <= self.n
             bounds = ListBounds(
                 start=self.container.start,
@@ -189,8 +195,12 @@ class _Scanner:
             root=root,
             container=self.container,
             container_closed=self.container_closed,
-            candidates=tuple(
-                c if c.index == i else replace(c, index=i) for i, c in enumerate(candidates)
+            candidates=(
+                tuple(
+                    c if c.index == i else replace(c, index=i) for i, c in enumerate(candidates)
+                )
+                if self._out_of_order
+                else tuple(candidates)  # numbered in text order as they were added
             ),
             envelope=tuple(envelope),
             truncated=self.truncated,
@@ -198,13 +208,13 @@ class _Scanner:
             steps=self.steps,
         )
 
-    def _in_step(self, candidates: list[Candidate]) -> bool:
+    def _in_step(self) -> bool:
         """Nothing the placement check could act on: every candidate closed (or cut by
         the end of the text) and only leading prose tolerated. Anything placement
         quarantines needs text between or after the items (a stray closer, a member
         name, closers after the report), and the scan notes each of those."""
-        return all(a.kind is AnomalyKind.LEADING_TEXT for a in self.anomalies) and all(
-            not c.stray and c.closure is not Closure.BROKEN for c in candidates
+        return not self._unclean and all(
+            a.kind is AnomalyKind.LEADING_TEXT for a in self.anomalies
         )
 
     def _find_root_array(self) -> int | None:
@@ -525,6 +535,8 @@ class _Scanner:
         if self._items_indent is None and indent >= 0:
             self._items_indent = indent
         self.steps += len(spans) * 2 // 3  # two per item, as the loop counts them
+        if self.candidates and spans[0] < self.candidates[-1].span.start:
+            self._out_of_order = True
         add = self.candidates.append
         closed = Closure.CLOSED
         for k in range(0, len(spans), 3):
@@ -552,6 +564,10 @@ class _Scanner:
         self._add_candidate(start, value, stray=True)
 
     def _add_candidate(self, start: int, value: _Value, *, stray: bool = False) -> None:
+        if self.candidates and start < self.candidates[-1].span.start:
+            self._out_of_order = True
+        if stray or value.closure is Closure.BROKEN:
+            self._unclean = True
         self.candidates.append(
             Candidate(
                 index=len(self.candidates),
