@@ -196,9 +196,7 @@ class _Scanner:
             container=self.container,
             container_closed=self.container_closed,
             candidates=(
-                tuple(
-                    c if c.index == i else replace(c, index=i) for i, c in enumerate(candidates)
-                )
+                tuple(c if c.index == i else replace(c, index=i) for i, c in enumerate(candidates))
                 if self._out_of_order
                 else tuple(candidates)  # numbered in text order as they were added
             ),
@@ -213,9 +211,7 @@ class _Scanner:
         the end of the text) and only leading prose tolerated. Anything placement
         quarantines needs text between or after the items (a stray closer, a member
         name, closers after the report), and the scan notes each of those."""
-        return not self._unclean and all(
-            a.kind is AnomalyKind.LEADING_TEXT for a in self.anomalies
-        )
+        return not self._unclean and all(a.kind is AnomalyKind.LEADING_TEXT for a in self.anomalies)
 
     def _find_root_array(self) -> int | None:
         first = lexis.skip_ws(self.text, 0)
