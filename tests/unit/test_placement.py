@@ -143,6 +143,20 @@ PLACEMENT_CASES = [
         ["A-2"],
         id="closers-in-strings-balance-the-damaged-item",
     ),
+    pytest.param(
+        # An extra quote ends the last string early: `{... "title": "x"}` is valid JSON
+        # but not the item (its title was "x}"); the rest of it follows with no comma.
+        '{"findings": [{"rank": 1, "id": "A-1", "severity": "low", "title": "x"}"}, '
+        '{"rank": 2, "id": "A-2", "severity": "low", "title": "t"}]}',
+        ["A-2"],
+        id="extra-quote-ends-the-item-early",
+    ),
+    pytest.param(
+        '{"findings": [{"rank": 1, "id": "A-1", "title": "ab"}c", "severity": "low"}, '
+        '{"rank": 2, "id": "A-2", "severity": "low", "title": "t"}]}',
+        ["A-2"],
+        id="extra-quote-ends-the-item-before-its-last-member",
+    ),
 ]
 
 

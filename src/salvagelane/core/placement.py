@@ -77,6 +77,7 @@ def place(text: str, candidates: Sequence[Candidate], bounds: ListBounds) -> tup
     """
     placed = list(candidates)
     _unplace_values(text, placed, bounds.start)
+    _unplace_cut_short(text, placed)
     index = 0
     while index < len(placed):
         head = placed[index]
@@ -161,6 +162,36 @@ def _unplace_values(text: str, placed: list[Candidate], list_start: int) -> None
         previous_end = candidate.span.end
         if before == ":" or in_array:
             placed[index] = _unplaced(placed[index], None)
+
+
+def _unplace_cut_short(text: str, placed: list[Candidate]) -> None:
+    """Items that stray text follows with no comma between: the item may have ended early.
+
+    An extra quote can end an item's last string before its real end (``"x"}"}`` for
+    ``"x}"}``, ``"ab"}c", "d": 1}`` for ``"ab}c", "d": 1}``): what the scan closes is
+    valid JSON, but not the model's item, and the rest of it is the stray text after
+    it, holding the string's other quote or the item's own closers. Stray text with
+    neither (a word: ``{"a": 1} oops``) cannot be the rest of an item.
+    """
+    for index in range(len(placed) - 1):
+        candidate, following = placed[index], placed[index + 1]
+        if not (
+            following.stray
+            and candidate.closure is Closure.CLOSED
+            and not candidate.stray
+            and not text[candidate.span.end : following.span.start].strip(lexis.WHITESPACE)
+        ):
+            continue
+        start, end = following.span.start, following.span.end
+        if "\"" in text[start:end] or raw_balance(text, start, end) < 0:
+            placed[index] = replace(
+                candidate,
+                closure=Closure.BROKEN,
+                defect=(
+                    "may have ended early: text that is not an item follows it "
+                    f"at offset {following.span.start}, with no comma between"
+                ),
+            )
 
 
 def _unplaced(candidate: Candidate, damaged: Candidate | None) -> Candidate:
