@@ -183,7 +183,7 @@ def _unplace_cut_short(text: str, placed: list[Candidate]) -> None:
         ):
             continue
         start, end = following.span.start, following.span.end
-        if "\"" in text[start:end] or raw_balance(text, start, end) < 0:
+        if '"' in text[start:end] or raw_balance(text, start, end) < 0:
             placed[index] = replace(
                 candidate,
                 closure=Closure.BROKEN,
