@@ -157,6 +157,25 @@ PLACEMENT_CASES = [
         ["A-2"],
         id="extra-quote-ends-the-item-before-its-last-member",
     ),
+    pytest.param(
+        # A dropped quote (`"rank:1`) ends the list early in the scanner's reading: the
+        # report closes after S-9, and `"tags": ["{", "{"]` is read as an envelope member
+        # whose brackets are text, not as the damaged item's own closers.
+        '{"findings": [{"rank:1, "id": "A-1", "severity": "low", "title": "t", "related": '
+        '[{"rank": 8, "id": "S-8", "severity": "low", "title": "t", "related": '
+        '[{"rank": 7, "id": "S-7", "severity": "low", "title": "say \\"hi\\""}]}, '
+        '{"rank": 9, "id": "S-9", "severity": "low", "title": "t"}], "tags": ["{", "{"]}, '
+        '{"rank": 2, "id": "A-2", "severity": "low", "title": "t"}]}',
+        ["A-2"],
+        id="list-ended-early-with-brackets-in-envelope-strings",
+    ),
+    pytest.param(
+        # Without damage before it, a stray closer after an item is a typo: both stay.
+        '{"findings": [{"rank": 1, "id": "A-1", "severity": "low", "title": "t"}]}, '
+        '{"rank": 2, "id": "A-2", "severity": "low", "title": "t"}]}',
+        ["A-1", "A-2"],
+        id="stray-closers-without-damage-keep-the-item",
+    ),
 ]
 
 

@@ -52,6 +52,7 @@ class ListBounds:
 
     start: int  # the list's `[`
     close: int  # the list's `]`, or the end of the text if it never closed
+    first_end: int  # where the list first ended: before the report's end if items went on
     report_end: int  # the end of the report (root object or array)
     enclosing: int  # the list and the objects around it: their closers end the report
 
@@ -68,6 +69,22 @@ def _closers_after(text: str, end: int, bounds: ListBounds) -> int:
     return raw_balance(text, end, bounds.close) + raw_balance(
         text, max(end, bounds.report_end), len(text)
     )
+
+
+def _gap_balance(text: str, start: int, end: int, bounds: ListBounds) -> int:
+    """The raw balance of the text between two candidates.
+
+    A gap that holds the end of the report (items went on after it) counts the report's
+    own closing text as the scanner read it: the list's `]` and the closers of the
+    objects around it, whatever brackets the envelope's strings hold (`"tags": ["{"]`).
+    """
+    if start <= bounds.first_end < bounds.report_end <= end:
+        return (
+            raw_balance(text, start, bounds.first_end)
+            - bounds.enclosing
+            + raw_balance(text, bounds.report_end, end)
+        )
+    return raw_balance(text, start, end)
 
 
 def place(text: str, candidates: Sequence[Candidate], bounds: ListBounds) -> tuple[Candidate, ...]:
@@ -95,7 +112,7 @@ def place(text: str, candidates: Sequence[Candidate], bounds: ListBounds) -> tup
             candidate = placed[index]
             # A gap may hold the list's `]` when items went on after the report: that
             # `]` closed the damaged item, like a stray closer.
-            gap = raw_balance(text, previous_end, candidate.span.start)
+            gap = _gap_balance(text, previous_end, candidate.span.start, bounds)
             if gap < 0:
                 _unplace(placed, members, head)  # closers of the damaged item follow them
             balance += gap
@@ -111,7 +128,33 @@ def place(text: str, candidates: Sequence[Candidate], bounds: ListBounds) -> tup
         else:
             if _closers_after(text, previous_end, bounds) < 0:
                 _unplace(placed, members, head)
+    _unplace_before_stray_closers(text, placed, bounds)
     return tuple(placed)
+
+
+def _unplace_before_stray_closers(text: str, placed: list[Candidate], bounds: ListBounds) -> None:
+    """Clean items that closers follow, after damage earlier in the list.
+
+    The raw count cannot always tell (brackets inside strings, ``"x}"``, count too), but
+    closers the scanner stepped over right after an item are the end of something that
+    opened before it. Once an item before it is damaged, that something may be the
+    damaged item, and the item was nested in it. Without earlier damage, a stray closer
+    after an item is a typo and the item keeps its place.
+    """
+    damaged: Candidate | None = None
+    for index, candidate in enumerate(placed):
+        if candidate.stray or candidate.closure is not Closure.CLOSED:
+            if candidate.closure is not Closure.TRUNCATED:
+                damaged = damaged or candidate
+            continue
+        if damaged is None:
+            continue
+        if index + 1 < len(placed):
+            closers = _gap_balance(text, candidate.span.end, placed[index + 1].span.start, bounds)
+        else:
+            closers = _closers_after(text, candidate.span.end, bounds)
+        if closers < 0:
+            placed[index] = _unplaced(candidate, damaged)
 
 
 def _unplace_before_closers(
@@ -175,8 +218,9 @@ def _unplace_cut_short(text: str, placed: list[Candidate]) -> None:
     """
     for index in range(len(placed) - 1):
         candidate, following = placed[index], placed[index + 1]
+        # The rest of the item is stray text, or starts as a string of its own (`","`).
         if not (
-            following.stray
+            (following.stray or text.startswith('"', following.span.start))
             and candidate.closure is Closure.CLOSED
             and not candidate.stray
             and not text[candidate.span.end : following.span.start].strip(lexis.WHITESPACE)

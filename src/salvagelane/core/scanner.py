@@ -136,6 +136,9 @@ class _Scanner:
         # Kept as candidates are added, so that a clean scan of many items is not walked
         # again: a candidate found before the last one, and one that is not clean.
         self._out_of_order = False
+        # Where the list first ended (its `]`, or where it was left unclosed): damage can
+        # end it early, and the scan then takes the items after the report as its own.
+        self._first_list_end = self.n
         self._unclean = False
         self.anomalies: list[Anomaly] = []
         self._anchor_iter: Iterator[re.Match[str]] | None = None
@@ -183,9 +186,11 @@ class _Scanner:
             candidates = sorted(candidates, key=lambda c: c.span.start)
         if self.container is not None and root is not None and not self._in_step():
             closed = self.container_closed and self.container.end <= self.n
+            close = self.container.end - 1 if closed else self.container.end
             bounds = ListBounds(
                 start=self.container.start,
-                close=self.container.end - 1 if closed else self.container.end,
+                close=close,
+                first_end=min(self._first_list_end, close),
                 report_end=root.end,
                 enclosing=1 + len(self.path),
             )
@@ -460,6 +465,7 @@ class _Scanner:
                     self._anomaly(AnomalyKind.TRAILING_COMMA, pos, pos + 1)
                 self.container = Span(start=start, end=pos + 1)
                 self.container_closed = True
+                self._first_list_end = min(self._first_list_end, pos)
                 return pos + 1
             if char == "}":
                 # Stray unless the list visibly ends here: items still follow, or a
@@ -475,6 +481,7 @@ class _Scanner:
                 # The model closed the envelope without closing the list.
                 self._anomaly(AnomalyKind.UNCLOSED_ITEMS, pos, pos)
                 self.container = Span(start=start, end=pos)
+                self._first_list_end = min(self._first_list_end, pos)
                 return pos
             if char == '"' and self.path and self._is_member(pos) and not self._item_ahead(pos):
                 # A member of the enclosing object, and no item after it: the model
@@ -482,6 +489,7 @@ class _Scanner:
                 # list, such as an item that lost its opening brace: stray text.)
                 self._anomaly(AnomalyKind.UNCLOSED_ITEMS, pos, pos)
                 self.container = Span(start=start, end=_trim_end(text, start, pos))
+                self._first_list_end = min(self._first_list_end, self.container.end)
                 return pos
             if char == "{" and expect_item and self._signature_key:
                 run_end, expect_item = self._item_run(pos)
