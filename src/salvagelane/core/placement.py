@@ -20,6 +20,7 @@ Linear: each character is counted once, with ``str.count`` over spans and gaps.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -138,23 +139,44 @@ def _unplace_before_stray_closers(text: str, placed: list[Candidate], bounds: Li
     The raw count cannot always tell (brackets inside strings, ``"x}"``, count too), but
     closers the scanner stepped over right after an item are the end of something that
     opened before it. Once an item before it is damaged, that something may be the
-    damaged item, and the item was nested in it. Without earlier damage, a stray closer
-    after an item is a typo and the item keeps its place.
+    damaged item: the clean items since the damage may all have been nested in it, and
+    are quarantined. Without earlier damage, a stray closer after an item is a typo and
+    the item keeps its place.
     """
-    damaged: Candidate | None = None
+    damaged = -1  # the latest damaged candidate so far
+    parsed_up_to = 0  # candidates before this one were tried as JSON: each at most once
     for index, candidate in enumerate(placed):
         if candidate.stray or candidate.closure is not Closure.CLOSED:
             if candidate.closure is not Closure.TRUNCATED:
-                damaged = damaged or candidate
-            continue
-        if damaged is None:
+                damaged = index
             continue
         if index + 1 < len(placed):
             closers = _gap_balance(text, candidate.span.end, placed[index + 1].span.start, bounds)
         else:
             closers = _closers_after(text, candidate.span.end, bounds)
-        if closers < 0:
-            placed[index] = _unplaced(candidate, damaged)
+        if closers >= 0:
+            continue
+        # Quotes out of step can leave a damaged item that the scan read as closed:
+        # it is damaged all the same if its text is not JSON.
+        parsed_up_to = max(parsed_up_to, damaged + 1)
+        while parsed_up_to < index:
+            if not _is_json(placed[parsed_up_to].span.text(text)):
+                damaged = parsed_up_to
+            parsed_up_to += 1
+        if damaged < 0:
+            continue
+        head = placed[damaged]
+        for member in range(damaged + 1, index + 1):
+            placed[member] = _unplaced(placed[member], head)
+        damaged = index
+
+
+def _is_json(span_text: str) -> bool:
+    try:
+        json.loads(span_text)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def _unplace_before_closers(
