@@ -179,7 +179,56 @@ PLACEMENT_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("raw", "expected"), PLACEMENT_CASES)
+# Found by exploring Hypothesis runs (seeds 1-110): brackets and escaped quotes inside
+# strings fool the quote-blind count. Each raw holds one quote-flipping edit.
+EXPLORED_CASES = [
+    pytest.param(
+        '{"findings": [{"rank:1,"id":"A-1","title":"t","related":[{"rank":0,"id":"S-1",'
+        '"title":"say \\"hi\\"","note":"x}","related":[{"rank":0,"id":"S-3","title":"x}"}]},'
+        '{"rank":0,"id":"S-2","title":"t"}]},{"rank":2,"id":"A-2","title":"t"}]}',
+        ["A-2"],
+        id="damaged-item-read-as-closed-and-balanced",
+    ),
+    pytest.param(
+        '{"findings": [{"rank:1,"id":"A-1","title":"x}","related":[{"rank":0,"id":"S-1",'
+        '"title":"say \\"hi\\"","note":"x}"},{"rank":0,"id":"S-2","title":"t"}]},{"rank":2,'
+        '"id":"A-2","title":"t"}]}',
+        ["A-2"],
+        id="run-ended-early-by-a-closer-in-a-string",
+    ),
+    pytest.param(
+        '{"findings": [{"rank":1,"id":"A-1","title":"x}","related":[{"rank:0,"id":"S-1",'
+        '"title":"x}"},{"rank":0,"id":"S-2","title":"x}"}]},{"rank":2,"id":"A-2",'
+        '"title":"t"}]}',
+        ["A-2"],
+        id="clean-sub-item-holding-a-closer-in-a-string",
+    ),
+    pytest.param(
+        '[{"rank":1,"id":"A-1","title":"t"},{"rank":2,"id":"A-2","title":"t",'
+        '"related":[{"rank:0,"id":"S-1","title":"x}","related":[{"rank":0,"id":"S-3",'
+        '"title":"t"}]},{"rank":0,"id":"S-2","title":"t"}],"tags":["{","{"]}]',
+        ["A-1"],
+        id="bare-array-openers-in-strings-after-the-report",
+    ),
+    pytest.param(
+        '{"findings": [{"rank":1,"id":"A-1","title":"t","related":[{"rank:0,"id":"S-1",'
+        '"title":"x}","note":"x}"},{"rank":0,"id":"S-2","title":"t"}]},{"rank":2,"id":"A-2",'
+        '"title":"t"}]}',
+        ["A-2"],
+        id="the-damaged-items-own-closers-end-the-run",
+    ),
+    pytest.param(
+        '[{"rank:1,"id":"A-1","title":"x}","related":[{"rank":0,"id":"S-1","title":"t"},'
+        '{"rank":0,"id":"S-1","title":"]{","related":[{"rank":0,"id":"S-3",'
+        '"title":"say \\"hi\\""},{"rank":0,"id":"S-1","title":"t"}],"note":"t"},{"rank":0,'
+        '"id":"S-2","title":"t"}]},{"rank":2,"id":"A-2","title":"t"}]',
+        ["A-2"],
+        id="closed-but-invalid-sub-item-in-the-run",
+    ),
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), PLACEMENT_CASES + EXPLORED_CASES)
 def test_sub_items_of_a_damaged_item_are_never_accepted(raw: str, expected: list[str]) -> None:
     assert _accepted_ids(raw, () if raw.startswith("[") else "findings") == expected
 

@@ -21,6 +21,7 @@ Linear: each character is counted once, with ``str.count`` over spans and gaps.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -66,10 +67,23 @@ def _closers_after(text: str, end: int, bounds: ListBounds) -> int:
     so a bracket in an envelope string (`"summary": "}]"`) counts for nothing.
     """
     if end >= bounds.report_end:  # items after the report: the list's real end is still due
-        return raw_balance(text, end, len(text)) + bounds.enclosing
-    return raw_balance(text, end, bounds.close) + raw_balance(
+        return _outside_balance(text, end, len(text)) + bounds.enclosing
+    return raw_balance(text, end, bounds.close) + _outside_balance(
         text, max(end, bounds.report_end), len(text)
     )
+
+
+_STRING = re.compile('"' + lexis.STRING_BODY + '"')
+
+
+def _outside_balance(text: str, start: int, end: int) -> int:
+    """The balance of text after the report: the lower of the quote-blind count and the
+    count outside well-formed strings, so that openers in strings (`"tags": ["{"]`)
+    cannot hide closers either way."""
+    if end <= start:
+        return 0
+    outside = _STRING.sub("", text[start:end])
+    return min(raw_balance(text, start, end), raw_balance(outside, 0, len(outside)))
 
 
 def _gap_balance(text: str, start: int, end: int, bounds: ListBounds) -> int:
@@ -83,7 +97,7 @@ def _gap_balance(text: str, start: int, end: int, bounds: ListBounds) -> int:
         return (
             raw_balance(text, start, bounds.first_end)
             - bounds.enclosing
-            + raw_balance(text, bounds.report_end, end)
+            + _outside_balance(text, bounds.report_end, end)
         )
     return raw_balance(text, start, end)
 
