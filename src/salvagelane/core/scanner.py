@@ -996,6 +996,9 @@ def _trim_end(text: str, start: int, end: int) -> int:
 
 
 def _decode_key(raw: str) -> str:
+    """The key a well-formed string ``raw`` (quotes included) spells."""
+    if "\\" not in raw:
+        return raw[1:-1]  # no escape: the text between the quotes is the key
     decoded: str = json.loads(raw)
     return decoded
 
