@@ -45,7 +45,11 @@ def _suspect(text: str, candidate: Candidate) -> bool:
         return False  # nothing follows a cut: there is no run to place
     if candidate.stray or candidate.closure is not Closure.CLOSED:
         return True
-    return raw_balance(text, candidate.span.start, candidate.span.end) != 0
+    # Closed with brackets that do not balance quote-blind: brackets in its strings
+    # (`"{": null`) if it is JSON, which costs nothing; quotes out of step if not.
+    return raw_balance(text, candidate.span.start, candidate.span.end) != 0 and not _is_json(
+        candidate.span.text(text)
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
