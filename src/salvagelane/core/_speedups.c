@@ -540,6 +540,19 @@ close_level(Nesting *nest)
     nest->len--;
 }
 
+/* Past the run of one or more digits at `i`, or -1. */
+HOT Py_ssize_t
+digits_end(const Text *t, Py_ssize_t i, Py_ssize_t end)
+{
+    if (i >= end || at(t, i) < '0' || at(t, i) > '9') {
+        return -1;
+    }
+    while (i < end && at(t, i) >= '0' && at(t, i) <= '9') {
+        i++;
+    }
+    return i;
+}
+
 /* Past the number starting at `i` (RFC 8259 grammar), or -1. */
 HOT Py_ssize_t
 number_end(const Text *t, Py_ssize_t i, Py_ssize_t end, int *flags)
@@ -566,12 +579,9 @@ number_end(const Text *t, Py_ssize_t i, Py_ssize_t end, int *flags)
     }
     Py_ssize_t int_digits = i - digits_start;
     if (i < end && at(t, i) == '.') {
-        i++;
-        if (i >= end || at(t, i) < '0' || at(t, i) > '9') {
+        i = digits_end(t, i + 1, end);
+        if (i < 0) {
             return -1;
-        }
-        while (i < end && at(t, i) >= '0' && at(t, i) <= '9') {
-            i++;
         }
         fraction_or_exponent = 1;
     }
@@ -580,11 +590,9 @@ number_end(const Text *t, Py_ssize_t i, Py_ssize_t end, int *flags)
         if (i < end && (at(t, i) == '+' || at(t, i) == '-')) {
             i++;
         }
-        if (i >= end || at(t, i) < '0' || at(t, i) > '9') {
+        i = digits_end(t, i, end);
+        if (i < 0) {
             return -1;
-        }
-        while (i < end && at(t, i) >= '0' && at(t, i) <= '9') {
-            i++;
         }
         fraction_or_exponent = 1;
     }
