@@ -81,6 +81,8 @@ def skip_to_bracket(text: str, pos: int, bound: int) -> int:
 
 
 def skip_ws(text: str, pos: int) -> int:
+    if pos >= len(text) or text[pos] not in WHITESPACE:
+        return pos  # the usual case in compact output: no regex call
     match = WS_RUN.match(text, pos)
     return match.end() if match else pos
 

@@ -143,6 +143,7 @@ class _Scanner:
         self.anomalies: list[Anomaly] = []
         self._anchor_iter: Iterator[re.Match[str]] | None = None
         self._signature_key = ""  # the raw key (quotes included) items open with, once learned
+        self._signature: re.Pattern[str] | None = None  # its pattern
         self._anchor = self.n + 1  # next item signature not yet passed
         # Quotes strictly inside these regions cannot open a (lenient / strict) string.
         # Remembering them keeps the scan linear on text full of quotes that never close.
@@ -491,7 +492,8 @@ class _Scanner:
                 self.container = Span(start=start, end=_trim_end(text, start, pos))
                 self._first_list_end = min(self._first_list_end, self.container.end)
                 return pos
-            if char == "{" and expect_item and self._signature_key:
+            if char == "{" and expect_item:
+                self._learn_signature(pos)  # as taking this item would: the run needs it
                 run_end, expect_item = self._item_run(pos)
                 if run_end != pos:
                     seen_item = True
@@ -529,7 +531,7 @@ class _Scanner:
         the loop would take them one by one; return where it stopped and whether an
         item is expected there."""
         run = speedups.item_run
-        if run is None:
+        if run is None or not self._signature_key:
             return pos, True
         spans, end, separated, indent = run(
             self.text, pos, self._signature_key, *self._dead, _ALWAYS_FAST
@@ -782,8 +784,9 @@ class _Scanner:
 
     def _follow(self, key: str, start: int) -> None:
         """Item signatures are ``{`` then ``key``: look for them from ``start`` on."""
-        self._signature_key = key
-        self._anchor_iter = lexis.item_anchor(key).finditer(self.text, start)
+        if key != self._signature_key or self._signature is None:
+            self._signature_key, self._signature = key, lexis.item_anchor(key)
+        self._anchor_iter = self._signature.finditer(self.text, start)
         self._anchor = -1
 
     def _anchor_at_or_after(self, pos: int) -> int:
