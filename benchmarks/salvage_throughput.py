@@ -53,6 +53,7 @@ from typing import Any
 import orjson
 
 import salvagelane
+from salvagelane.core import speedups
 from salvagelane.core.assembly import SalvagePolicy, salvage, sha256_of
 from salvagelane.core.guardrails import Guardrails
 from salvagelane.core.records import AcceptedItem, QuarantinedItem, SalvageResult, Span
@@ -601,6 +602,7 @@ def context() -> dict[str, Any]:
         "json_repair": _version("json_repair"),
         "jsonschema": _version("jsonschema"),
         "salvagelane_rev": _git_rev(),
+        "scan_loops": "compiled" if speedups.COMPILED else "pure Python",
     }
     if hasattr(os, "sched_getaffinity"):
         info["cpus_usable"] = len(os.sched_getaffinity(0))
@@ -669,7 +671,7 @@ def print_report(
         f"machine: {ctx['python']} | {ctx['platform']} | cpu_count={ctx['cpu_count']}"
         + (f" (usable {ctx['cpus_usable']})" if "cpus_usable" in ctx else "")
         + f" | json_repair {ctx['json_repair']} | jsonschema {ctx['jsonschema']}"
-        + f" | salvagelane {ctx['salvagelane_rev']}"
+        + f" | salvagelane {ctx['salvagelane_rev']} ({ctx['scan_loops']} scan loops)"
         + (
             f" | load avg {ctx['loadavg_1min_at_start']} at start"
             if "loadavg_1min_at_start" in ctx
