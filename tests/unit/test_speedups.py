@@ -17,15 +17,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from salvagelane.core import ScanResult, scan, speedups
+from salvagelane.core import Guardrails, SalvagePolicy, ScanResult, salvage, scan, speedups
 from salvagelane.core.scanner import ItemsPath
 from salvagelane.core.strict import Parsed, Unparsable, is_strict_document, parse_item
 from tests.support.nested_reports import damaged_reports
 from tests.unit.test_properties import (
     FAST,
+    GENERIC_SCHEMA,
     _mutate,
     arbitrary_text,
     edits,
+    guardrails,
     items_paths,
     reference_strict,
     reports,
@@ -95,6 +97,28 @@ def test_scan_is_the_same_on_nested_reports_with_quote_damage(case: tuple) -> No
     report, text, _ = case
     compiled, reference = _both_scans(text, report.items_path)
     assert compiled == reference
+
+
+@FAST
+@given(report=reports(), mutations=st.none() | edits, limits=guardrails)
+def test_salvage_is_the_same(
+    report: object, mutations: list[tuple[str, int, str]] | None, limits: Guardrails
+) -> None:
+    # Compiled, a valid report is parsed once for all its items; in Python, item by item.
+    text = report.text  # type: ignore[attr-defined]
+    if mutations is not None:
+        text = _mutate(text, mutations)
+    policy = SalvagePolicy(
+        items_path=report.items_path,  # type: ignore[attr-defined]
+        item_schema=GENERIC_SCHEMA,
+        guardrails=limits,
+    )
+    compiled = salvage(text, policy)
+    with speedups.use_python():
+        reference = salvage(text, policy)
+    assert json.dumps(compiled.to_json(), sort_keys=True) == json.dumps(
+        reference.to_json(), sort_keys=True
+    )
 
 
 @FAST
