@@ -49,7 +49,7 @@ from salvagelane.core.strict import (
     Parsed,
     is_strict_document,
     parse_item,
-    strict_document_items,
+    read_strict_document,
 )
 from salvagelane.errors import ItemsPathError
 
@@ -113,11 +113,12 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
     ctx = ChainContext(guardrails=limits, schema=policy.item_schema)
     survivors: list[Review] = []
     rejected: list[tuple[Candidate, Rejection]] = []
-    # A valid report is parsed once, not item by item (the values are the same).
-    values = (
-        strict_document_items(raw, scanned.items_path, len(scanned.candidates))
+    # A valid report is parsed once, not item by item (the values are the same), and the
+    # same check of the whole text answers whether it is valid.
+    verdict, values = (
+        read_strict_document(raw, scanned.items_path, len(scanned.candidates))
         if _scan_is_clean(raw, scanned)
-        else None
+        else (None, None)
     )
     for position, candidate in enumerate(scanned.candidates):
         text = candidate.span.text(raw)
@@ -137,7 +138,7 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
 
     envelope, issues = _assemble_envelope(raw, scanned.envelope, ctx)
     return SalvageResult(
-        document_valid=values is not None or _document_valid(raw, scanned),
+        document_valid=verdict if verdict is not None else _document_valid(raw, scanned),
         truncated=scanned.truncated or finish is FinishReason.LENGTH,
         items_found=scanned.items_found,
         envelope=envelope,

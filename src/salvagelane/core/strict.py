@@ -294,28 +294,42 @@ def _unparsable(
     )
 
 
-def strict_document_items(raw: str, items_path: tuple[str, ...], count: int) -> list[Any] | None:
-    """The items of ``raw`` parsed in one pass, when the whole text is proven strict.
+def read_strict_document(
+    raw: str, items_path: tuple[str, ...], count: int
+) -> tuple[bool | None, list[Any] | None]:
+    """One compiled check of the whole output: its validity, and its items parsed once.
 
-    Proven means the compiled check found one RFC 8259 value with unique keys and
-    nothing an item parse would look at again (NUL, surrogates, integers beyond 64
-    bits): each item's value is then exactly what :func:`parse_item` gives its span.
-    None when that is not proven, or when the list at ``items_path`` does not hold
-    ``count`` values (the scan's candidates, which must be its elements).
+    The verdict is what :func:`is_strict_document` would answer, or None when the check
+    cannot tell (an escaped key, NUL, a surrogate, a big integer; or no compiled check).
+    The items come only when the text is proven strict with nothing an item parse would
+    look at again: each one is then exactly what :func:`parse_item` gives its span.
+    They are None too when the list at ``items_path`` does not hold ``count`` values
+    (the scan's candidates, which must be its elements).
     """
-    if speedups.check_strict(raw, 0, len(raw)) != speedups.STRICT_GRAMMAR:
-        return None
+    checked = speedups.check_strict(raw, 0, len(raw))
+    verdict = _verdict(checked)
+    if checked != speedups.STRICT_GRAMMAR:
+        return verdict, None
     try:
         node = orjson.loads(raw)
     except orjson.JSONDecodeError:  # 1e999, or nesting orjson refuses
-        return None
+        return verdict, None
     for key in items_path:
         if not isinstance(node, dict):
-            return None
+            return verdict, None
         node = node.get(key)
     if not isinstance(node, list) or len(node) != count:
-        return None
-    return node
+        return verdict, None
+    return verdict, node
+
+
+def _verdict(checked: int) -> bool | None:
+    """What a compiled check's flags decide about a document; None: not enough."""
+    if checked == speedups.STRICT_GRAMMAR:
+        return True
+    if checked == 0 or (checked > 0 and checked & speedups.DUPLICATE_KEY):
+        return False  # not one strict value, or a key proven twice
+    return None
 
 
 def is_strict_document(raw: str, *, depth: int | None = None) -> bool:
@@ -325,11 +339,9 @@ def is_strict_document(raw: str, *, depth: int | None = None) -> bool:
     already did (``depth``); deep documents go to the iterative validator so
     that no parser recursion depends on the input.
     """
-    checked = speedups.check_strict(raw, 0, len(raw))
-    if checked == speedups.STRICT_GRAMMAR:
-        return True
-    if checked == 0 or (checked > 0 and checked & speedups.DUPLICATE_KEY):
-        return False  # not one strict value, or a key proven twice
+    verdict = _verdict(speedups.check_strict(raw, 0, len(raw)))
+    if verdict is not None:
+        return verdict
     text = raw.strip(lexis.WHITESPACE)
     if not text or _SURROGATE.search(text):
         return False
