@@ -8,6 +8,7 @@ the Python loops; `salvagelane.core.speedups.COMPILED` says which one runs.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -20,12 +21,15 @@ SOURCE = "src/salvagelane/core/_speedups.c"
 
 
 class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]
+    _scratch: str | None = None  # the compiler's working directory, removed after the build
+
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         if self.target_name != "wheel":
             return
         editable = version == "editable"
+        self._scratch = tempfile.mkdtemp(prefix="salvagelane-build-")
         try:
-            built = _compile(Path(self.root), in_place=editable)
+            built = _compile(Path(self.root), Path(self._scratch), in_place=editable)
         except Exception as exc:  # a missing compiler or headers: fall back, loudly
             print(
                 f"salvagelane: the compiled scanner was not built ({exc}); "
@@ -38,23 +42,31 @@ class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]
         if not editable:
             build_data["force_include"][str(built)] = "salvagelane/core/" + built.name
 
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
-def _compile(root: Path, *, in_place: bool) -> Path:
+
+def _compile(root: Path, scratch: Path, *, in_place: bool) -> Path:
+    """Build the extension from ``root``'s source, in place (under ``root/src``) or in
+    ``scratch``; return the built module's path."""
     # setuptools knows each platform's compiler, flags and extension suffix.
     from setuptools import Distribution, Extension
     from setuptools.command.build_ext import build_ext
 
     extension = Extension(
-        MODULE, [SOURCE], extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+        MODULE,
+        [str(root / SOURCE)],
+        extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
     )
     distribution = Distribution(
-        {"name": "salvagelane", "ext_modules": [extension], "package_dir": {"": "src"}}
+        {"name": "salvagelane", "ext_modules": [extension], "package_dir": {"": str(root / "src")}}
     )
     distribution.script_name = "hatch_build.py"
     command = build_ext(distribution)
     command.inplace = in_place
-    command.build_temp = tempfile.mkdtemp(prefix="salvagelane-build-")
-    command.build_lib = tempfile.mkdtemp(prefix="salvagelane-lib-")
+    command.build_temp = str(scratch / "temp")
+    command.build_lib = str(scratch / "lib")
     command.ensure_finalized()
     command.run()
     return Path(command.get_ext_fullpath(MODULE))

@@ -46,6 +46,13 @@ def test_the_compiled_loops_are_built_where_required() -> None:
         assert speedups.COMPILED
 
 
+def test_the_flags_mean_the_same_in_c_and_in_python() -> None:
+    from salvagelane.core import _speedups
+
+    for name in ("STRICT_GRAMMAR", "DUPLICATE_KEY", "KEYS_UNPROVEN", "NEEDS_CHECK"):
+        assert getattr(_speedups, name) == getattr(speedups, name)
+
+
 def _both_scans(text: str, items_path: ItemsPath) -> tuple[ScanResult, ScanResult]:
     compiled = scan(text, items_path)
     with speedups.use_python():

@@ -1,4 +1,4 @@
-/* The scanner's two hot loops, compiled (docs/adr/0015-compiled-scan-loops.md).
+/* The scanner's three hot loops, compiled (docs/adr/0015-compiled-scan-loops.md).
 
    Pure functions over a str: no I/O, no allocation that outlives a call, no
    recursion on input nesting. Each one answers a question the pure-Python core
@@ -10,6 +10,10 @@
        every string well formed and every closer matching its opener; what lies
        between strings and brackets is not looked at. What
        lexis.SHALLOW_CONTAINERS matches, at any depth.
+
+   item_run(text, pos, key, dead_start, dead_end, shallow)
+       The run of intact items from `pos` that the scanner's items loop would
+       take one by one on its fast path (see item_run below).
 
    check_strict(text, start, end) -> int
        Is text[start:end] one strict JSON value (RFC 8259, whitespace around it
