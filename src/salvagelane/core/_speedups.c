@@ -1,7 +1,8 @@
-/* The scanner's three hot loops, compiled (docs/adr/0015-compiled-scan-loops.md).
+/* The scanner's three hot loops, compiled, and a constructor for the values they
+   produce (docs/adr/0015-compiled-scan-loops.md).
 
-   Pure functions over a str: no I/O, no allocation that outlives a call, no
-   recursion on input nesting. Each one answers a question the pure-Python core
+   The loops are pure functions over a str: no I/O, no allocation that outlives
+   a call, no recursion on input nesting. Each one answers a question the pure-Python core
    answers too, and says "not sure" rather than guess: the Python code stays the
    reference, and the tests check that both give the same answers.
 
@@ -24,6 +25,10 @@
        NEEDS_CHECK (a \u0000 or surrogate escape, a raw surrogate, an integer of
        more than 18 digits, which a 64-bit parser may not keep exact).
 
+   builder(cls, names) -> Builder
+       A positional constructor for one frozen, slotted dataclass, for the
+       values the loops produce one per item (see the builders section).
+
    Invariant: every loop iteration consumes at least one character, so each
    call is linear in the text it reads (key comparisons are bounded by
    MAX_COMPARED per member).
@@ -31,6 +36,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
+#include <structmember.h>
 
 #define STRICT_GRAMMAR 1
 #define DUPLICATE_KEY 2
@@ -762,6 +768,114 @@ check_strict(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLong(result);
 }
 
+/* ------------------------------------------------------------------ builders */
+
+/* A positional constructor for one frozen, slotted dataclass: it allocates the
+   instance and stores each value in its slot, as unpickling does, without the
+   generated __init__ (whose object.__setattr__ per field costs more than the
+   scan loops that produce the values). speedups.builder checks in Python that
+   the names are the class's fields in order and that it has no __post_init__. */
+
+#define MAX_FIELDS 16
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyTypeObject *cls;
+    Py_ssize_t nfields;
+    Py_ssize_t offsets[MAX_FIELDS];
+} Builder;
+
+static PyObject *
+builder_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Builder *b = (Builder *)self;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
+        PyErr_Format(PyExc_TypeError, "builder of %s takes its %zd values by position",
+                     b->cls->tp_name, b->nfields);
+        return NULL;
+    }
+    if (n != b->nfields) {
+        PyErr_Format(PyExc_TypeError, "builder of %s: expected %zd values, got %zd",
+                     b->cls->tp_name, b->nfields, n);
+        return NULL;
+    }
+    PyObject *obj = b->cls->tp_alloc(b->cls, 0);
+    if (obj == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(args[i]);
+        *(PyObject **)((char *)obj + b->offsets[i]) = args[i];
+    }
+    return obj;
+}
+
+static void
+builder_dealloc(PyObject *self)
+{
+    Py_XDECREF(((Builder *)self)->cls);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject BuilderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "salvagelane.core._speedups.Builder",
+    .tp_basicsize = sizeof(Builder),
+    .tp_dealloc = builder_dealloc,
+    .tp_vectorcall_offset = offsetof(Builder, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A positional constructor for one frozen, slotted dataclass.",
+};
+
+static PyObject *
+builder(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "builder(cls, names): a class and a tuple of names");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    PyObject *names = args[1];
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (n > MAX_FIELDS) {
+        PyErr_Format(PyExc_TypeError, "builder: %s has %zd fields, at most %d are supported",
+                     cls->tp_name, n, MAX_FIELDS);
+        return NULL;
+    }
+    if (cls->tp_itemsize != 0 || cls->tp_alloc == NULL || cls->tp_dict == NULL) {
+        PyErr_Format(PyExc_TypeError, "builder: %s is not a plain slotted class", cls->tp_name);
+        return NULL;
+    }
+    Builder *b = PyObject_New(Builder, &BuilderType);
+    if (b == NULL) {
+        return NULL;
+    }
+    b->vectorcall = builder_call;
+    b->nfields = n;
+    Py_INCREF(cls);
+    b->cls = cls;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        /* The class's own slot: a member descriptor in its own dict, holding an object. */
+        PyObject *slot = PyUnicode_Check(name) ? PyDict_GetItemWithError(cls->tp_dict, name) : NULL;
+        if (slot == NULL || !Py_IS_TYPE(slot, &PyMemberDescr_Type)
+            || ((PyMemberDescrObject *)slot)->d_member->type != T_OBJECT_EX
+            || (((PyMemberDescrObject *)slot)->d_member->flags & READONLY)) {
+            if (!PyErr_Occurred()) {
+                PyErr_Format(PyExc_TypeError, "builder: %R is not a slot of %s", name,
+                             cls->tp_name);
+            }
+            Py_DECREF(b);
+            return NULL;
+        }
+        b->offsets[i] = ((PyMemberDescrObject *)slot)->d_member->offset;
+    }
+    return (PyObject *)b;
+}
+
 /* -------------------------------------------------------------------- module */
 
 static PyMethodDef methods[] = {
@@ -771,6 +885,8 @@ static PyMethodDef methods[] = {
      "item_run(text, pos, key, dead_start, dead_end, shallow) -> (spans, pos, separated, indent)"},
     {"check_strict", (PyCFunction)(void (*)(void))check_strict, METH_FASTCALL,
      "check_strict(text, start, end) -> int (0: not one strict JSON value)"},
+    {"builder", (PyCFunction)(void (*)(void))builder, METH_FASTCALL,
+     "builder(cls, names) -> a positional constructor of a frozen, slotted dataclass"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -783,6 +899,9 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
+    if (PyType_Ready(&BuilderType) < 0) {
+        return NULL;
+    }
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL) {
         return NULL;

@@ -23,6 +23,7 @@ from salvagelane.core.guardrails import (
     check_size,
     review_item,
     select_within_limit,
+    under_review,
 )
 from salvagelane.core.records import (
     AcceptedItem,
@@ -34,6 +35,8 @@ from salvagelane.core.records import (
     SalvageResult,
     SignalCode,
     Span,
+    new_accepted,
+    new_quarantined,
 )
 from salvagelane.core.scanner import (
     Candidate,
@@ -121,11 +124,12 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
         else (None, None)
     )
     for position, candidate in enumerate(scanned.candidates):
-        text = candidate.span.text(raw)
+        span = candidate.span
+        text = raw[span.start : span.end]
         review = (
-            Review(candidate=candidate, text=text)
+            under_review(candidate, text)
             if values is None
-            else Review(candidate=candidate, text=text, data=values[position])
+            else under_review(candidate, text, values[position])
         )
         outcome = review_item(review, ctx)
         if isinstance(outcome, Rejection):
@@ -143,13 +147,7 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
         items_found=scanned.items_found,
         envelope=envelope,
         items=tuple(
-            AcceptedItem(
-                index=r.candidate.index,
-                data=r.data,
-                span=r.candidate.span,
-                coercions=r.coercions,
-                repairs=r.repairs,
-            )
+            new_accepted(r.candidate.index, r.data, r.candidate.span, r.coercions, r.repairs)
             for r in kept
         ),
         quarantined=tuple(
@@ -249,15 +247,16 @@ def _oversize(raw: str, size: int, limits: Guardrails, finish: str | None) -> Sa
 def _quarantine(
     raw: str, candidate: Candidate, rejection: Rejection, limits: Guardrails
 ) -> QuarantinedItem:
-    text = candidate.span.text(raw)
-    return QuarantinedItem(
-        index=candidate.index,
-        reason=rejection.reason,
-        error=rejection.signal,
-        span=candidate.span,
-        snippet=text[: limits.snippet_chars],
-        sha256=sha256_of(text),
-        repaired=rejection.repaired,
+    span = candidate.span
+    text = raw[span.start : span.end]
+    return new_quarantined(
+        candidate.index,
+        rejection.reason,
+        rejection.signal,
+        span,
+        text[: limits.snippet_chars],
+        sha256_of(text),
+        rejection.repaired,
     )
 
 

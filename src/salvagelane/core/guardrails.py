@@ -26,10 +26,12 @@ from salvagelane.core.records import (
     Reason,
     Repair,
     SignalCode,
+    new_signal,
 )
 from salvagelane.core.repair import repair_truncated
 from salvagelane.core.scanner import Candidate, Closure
 from salvagelane.core.schema import ItemSchema
+from salvagelane.core.speedups import builder
 from salvagelane.core.strict import Parsed, describe, parse_item
 from salvagelane.errors import ConfigurationError
 
@@ -85,6 +87,15 @@ class Rejection:
     reason: Reason
     signal: CorrectionSignal
     repaired: JSONValue = _NO_REPAIR
+
+
+_new_review = builder(Review, "candidate", "text", "data", "coercions", "repairs")
+_new_rejection = builder(Rejection, "reason", "signal", "repaired")
+
+
+def under_review(candidate: Candidate, text: str, data: JSONValue = _UNPARSED) -> Review:
+    """A candidate entering the chain; ``data`` is its value when already parsed."""
+    return _new_review(candidate, text, data, (), ())
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -207,13 +218,7 @@ def parse_strictly(review: Review, ctx: ChainContext) -> Review | Rejection:
             signal = parsed.signal
         return Rejection(reason=Reason.MALFORMED, signal=signal)
     # Built directly: dataclasses.replace looks the fields up on every call.
-    return Review(
-        candidate=candidate,
-        text=review.text,
-        data=parsed.value,
-        coercions=review.coercions,
-        repairs=review.repairs,
-    )
+    return _new_review(candidate, review.text, parsed.value, review.coercions, review.repairs)
 
 
 def require_object(review: Review, ctx: ChainContext) -> Review | Rejection:
@@ -339,14 +344,16 @@ def select_within_limit(
         dropped.append(
             (
                 review,
-                Rejection(
-                    reason=Reason.OVER_LIMIT,
-                    signal=CorrectionSignal(
-                        code=SignalCode.OVER_LIMIT,
-                        path=f"$.{guardrails.rank_key}" if guardrails.rank_key else "$",
-                        expected=f"at most {limit} items (kept {by})",
-                        received=f"rank {describe(value)}" if found else "one item too many",
+                _new_rejection(
+                    Reason.OVER_LIMIT,
+                    new_signal(
+                        SignalCode.OVER_LIMIT,
+                        f"$.{guardrails.rank_key}" if guardrails.rank_key else "$",
+                        f"at most {limit} items (kept {by})",
+                        f"rank {describe(value)}" if found else "one item too many",
+                        "",
                     ),
+                    _NO_REPAIR,
                 ),
             )
         )

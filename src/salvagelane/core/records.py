@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from salvagelane.core.speedups import builder
+
 JSONValue = Any
 """A value produced by strict JSON parsing (dict, list, str, int, float, bool, None)."""
 
@@ -77,6 +79,10 @@ class Span:
         return [self.start, self.end]
 
 
+new_span = builder(Span, "start", "end")
+"""``Span(start=, end=)`` by position, for the loops that build one per item."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CorrectionSignal:
     """A structured error a retry prompt can use: what, where, expected, received."""
@@ -101,6 +107,10 @@ class CorrectionSignal:
         if self.detail:
             data["detail"] = self.detail
         return data
+
+
+new_signal = builder(CorrectionSignal, "code", "path", "expected", "received", "detail")
+"""``CorrectionSignal(...)`` by position, for signals built one per item."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -203,6 +213,13 @@ class QuarantinedItem:
         if self.has_repair:
             data["repaired"] = self.repaired
         return data
+
+
+# The records salvage builds once per item, by position (see speedups.builder).
+new_accepted = builder(AcceptedItem, "index", "data", "span", "coercions", "repairs")
+new_quarantined = builder(
+    QuarantinedItem, "index", "reason", "error", "span", "snippet", "sha256", "repaired"
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

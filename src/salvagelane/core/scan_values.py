@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from salvagelane.core.records import Span
+from salvagelane.core.speedups import builder
 
 ItemsPath = tuple[str, ...]
 """Keys from the document root to the items array; empty: the document is the array."""
@@ -49,6 +50,10 @@ class Candidate:
     @property
     def complete(self) -> bool:
         return self.closure is Closure.CLOSED
+
+
+new_candidate = builder(Candidate, "index", "span", "closure", "depth", "defect", "stray")
+"""``Candidate(...)`` by position, for the items loop that builds one per item."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from salvagelane.core import lexis, speedups
 from salvagelane.core.placement import ListBounds, place
-from salvagelane.core.records import Span
+from salvagelane.core.records import Span, new_span
 from salvagelane.core.scan_values import (
     Anomaly,
     AnomalyKind,
@@ -38,6 +38,7 @@ from salvagelane.core.scan_values import (
     EnvelopeField,
     ItemsPath,
     ScanResult,
+    new_candidate,
     parse_items_path,
 )
 
@@ -545,15 +546,14 @@ class _Scanner:
             self._out_of_order = True
         add = self.candidates.append
         closed = Closure.CLOSED
+        index = len(self.candidates)
         for k in range(0, len(spans), 3):
             add(
-                Candidate(
-                    index=len(self.candidates),
-                    span=Span(start=spans[k], end=spans[k + 1]),
-                    closure=closed,
-                    depth=spans[k + 2],
+                new_candidate(
+                    index, new_span(spans[k], spans[k + 1]), closed, spans[k + 2], "", False
                 )
             )
+            index += 1
         # The signatures the run passed are behind it: look on from where it stopped.
         self._follow(self._signature_key, end)
         return end, separated
@@ -575,13 +575,13 @@ class _Scanner:
         if stray or value.closure is Closure.BROKEN:
             self._unclean = True
         self.candidates.append(
-            Candidate(
-                index=len(self.candidates),
-                span=Span(start=start, end=value.end),
-                closure=value.closure,
-                depth=value.depth,
-                defect=value.defect,
-                stray=stray,
+            new_candidate(
+                len(self.candidates),
+                new_span(start, value.end),
+                value.closure,
+                value.depth,
+                value.defect,
+                stray,
             )
         )
 

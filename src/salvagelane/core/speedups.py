@@ -1,8 +1,10 @@
 """The scanner's hot loops: compiled when the extension was built, Python otherwise.
 
-``_speedups.c`` answers two questions the pure-Python core answers too, faster
-(docs/adr/0015-compiled-scan-loops.md): where a well-formed container ends, and
-whether a span is one strict JSON value whose keys are provably unique. The
+``_speedups.c`` answers questions the pure-Python core answers too, faster
+(docs/adr/0015-compiled-scan-loops.md): where a well-formed container ends, the
+run of intact items from a position, and whether a span is one strict JSON value
+whose keys are provably unique. It also builds the values they produce
+(:func:`builder`). The
 Python answers are the reference: the tests run both and require the same
 scan results and the same verdicts. This is the one module that imports the
 extension; :func:`use_python` lets the tests (and a benchmark's baseline) run
@@ -11,9 +13,11 @@ the reference loops on a machine that has the compiled ones.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
+from typing import Any, TypeVar
 
 from salvagelane.core import lexis
 
@@ -27,6 +31,7 @@ NOT_CHECKED = -1  # no compiled check: the caller's own path decides
 MatchContainer = Callable[[str, int, int], "tuple[int, int] | None"]
 CheckStrict = Callable[[str, int, int], int]
 ItemRun = Callable[[str, int, str, int, int, int], "tuple[list[int], int, bool, int]"]
+V = TypeVar("V")
 
 
 def _python_match_container(text: str, start: int, bound: int) -> tuple[int, int] | None:
@@ -82,3 +87,34 @@ def use_python() -> Iterator[None]:
         yield
     finally:
         match_container, check_strict, item_run = saved
+
+
+def builder(cls: type[V], *names: str) -> Callable[..., V]:
+    """A positional constructor of ``cls``, a frozen, slotted dataclass, for hot loops.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``,
+    which costs more per item than the compiled loops: the compiled builder stores
+    the values in the slots directly, as unpickling does. ``names`` must be the
+    fields in order, so that a reordered field fails here, at import, rather than
+    swapping values; a ``__post_init__`` would be skipped, so it is refused.
+    """
+    fields = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+    if names != fields:
+        raise TypeError(f"builder of {cls.__name__}: fields are {fields}, not {names}")
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is None or not params.frozen or "__slots__" not in cls.__dict__:
+        raise TypeError(f"builder of {cls.__name__}: not a frozen, slotted dataclass")
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"builder of {cls.__name__}: its __post_init__ would be skipped")
+    if _COMPILED is not None:
+        compiled: Callable[..., V] = _COMPILED.builder(cls, names)
+        return compiled
+
+    def build(*values: Any) -> V:
+        if len(values) != len(names):
+            raise TypeError(
+                f"builder of {cls.__name__}: expected {len(names)} values, got {len(values)}"
+            )
+        return cls(**dict(zip(names, values)))
+
+    return build

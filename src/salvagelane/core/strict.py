@@ -105,6 +105,9 @@ class Parsed:
     value: JSONValue
 
 
+_new_parsed = speedups.builder(Parsed, "value")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Unparsable:
     signal: CorrectionSignal
@@ -123,7 +126,7 @@ def parse_item(text: str, *, offset: int = 0) -> Parsed | Unparsable:
     if speedups.check_strict(text, 0, len(text)) == speedups.STRICT_GRAMMAR:
         # Proven strict, keys unique, nothing orjson reads differently: one C parse.
         try:
-            return Parsed(value=orjson.loads(text))
+            return _new_parsed(orjson.loads(text))
         except orjson.JSONDecodeError:  # 1e999, or nesting orjson refuses
             return _parse_precisely(text, offset)
     try:
@@ -200,7 +203,7 @@ def _checked(value: JSONValue, text: str, offset: int) -> Parsed | Unparsable:
         problem = _find_forbidden(value, text, offset)
         if problem is not None:
             return Unparsable(signal=problem)
-    return Parsed(value=value)
+    return _new_parsed(value)
 
 
 def _undecoded_byte(char: str) -> str:
