@@ -21,6 +21,7 @@ from salvagelane.core.guardrails import (
     Review,
     check_item_count,
     check_size,
+    clears_the_chain,
     review_item,
     select_within_limit,
     under_review,
@@ -126,11 +127,13 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
     for position, candidate in enumerate(scanned.candidates):
         span = candidate.span
         text = raw[span.start : span.end]
-        review = (
-            under_review(candidate, text)
-            if values is None
-            else under_review(candidate, text, values[position])
-        )
+        if values is None:
+            review = under_review(candidate, text)
+        else:
+            review = under_review(candidate, text, values[position])
+            if clears_the_chain(review, ctx):
+                survivors.append(review)
+                continue
         outcome = review_item(review, ctx)
         if isinstance(outcome, Rejection):
             rejected.append((candidate, outcome))

@@ -301,6 +301,43 @@ ITEM_CHAIN: tuple[Step, ...] = (
 )
 
 
+def clears_the_chain(review: Review, ctx: ChainContext) -> bool:
+    """Whether every step would pass ``review`` unchanged, asked in one call.
+
+    For an item already parsed with a document proven strict, the usual case. Each
+    test below is the pass condition of one step; False is no verdict, and the chain
+    then runs and says why.
+    """
+    candidate = review.candidate
+    data = review.data
+    limits = ctx.guardrails
+    if (
+        data is _UNPARSED
+        or candidate.closure is not Closure.CLOSED  # check_truncated, parse_strictly
+        or candidate.depth > limits.max_depth  # check_size
+        or len(review.text) > limits.max_string_length  # check_size: no token that long
+        or type(data) is not dict  # require_object
+    ):
+        return False
+    schema = ctx.schema
+    if schema is not None:
+        if limits.coerce or schema.fast is None:  # normalise; validate_schema by reference
+            return False
+        try:
+            if not schema.fast.is_valid(data):  # validate_schema's verdict
+                return False
+        except ValueError:
+            return False
+    for field_path, allowed in limits.allow_lists.items():  # check_allow_lists
+        found, value = lookup(data, field_path)
+        if not found:
+            continue
+        for element in value if type(value) is list else (value,):
+            if type(element) is not str or element not in allowed:
+                return False
+    return True
+
+
 def review_item(review: Review, ctx: ChainContext) -> Review | Rejection:
     """Run the chain; the first rejection wins."""
     for step in ITEM_CHAIN:

@@ -115,6 +115,6 @@ def builder(cls: type[V], *names: str) -> Callable[..., V]:
             raise TypeError(
                 f"builder of {cls.__name__}: expected {len(names)} values, got {len(values)}"
             )
-        return cls(**dict(zip(names, values)))
+        return cls(**dict(zip(names, values, strict=True)))
 
     return build

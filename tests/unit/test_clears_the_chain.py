@@ -1,0 +1,150 @@
+"""clears_the_chain: "every step would pass" is said only where the chain passes the item.
+
+salvage asks it first for every item of a report proven strict, and keeps the item
+without running the chain when it says yes; so a yes where any step would reject
+(or change) the item would accept what the chain quarantines. A no is never a
+verdict: the chain then runs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import event, given
+from hypothesis import strategies as st
+
+from salvagelane.core import Guardrails
+from salvagelane.core.guardrails import ChainContext, clears_the_chain, review_item, under_review
+from salvagelane.core.records import Span
+from salvagelane.core.scan_values import Candidate, Closure
+from salvagelane.core.schema import ItemSchema
+from salvagelane.core.strict import Parsed, parse_item
+from tests.unit.test_properties import FAST, GENERIC_SCHEMA, ITEM_KEY, guardrails, values
+
+SCHEMAS = [
+    None,
+    GENERIC_SCHEMA,
+    ItemSchema.compile({"type": "object", "maxProperties": 3}, source="small"),
+    # Validated by the reference alone (a regex): such a schema never clears in one call.
+    ItemSchema.compile(
+        {"type": "object", "properties": {"candidate": {"pattern": "^o"}}}, source="regex"
+    ),
+]
+
+allow_lists = st.dictionaries(
+    st.sampled_from([ITEM_KEY, "candidate", "tags", "a.b", "x"]),
+    st.frozensets(st.sampled_from(["ok", "0", "", "a"]), max_size=3),
+    max_size=2,
+)
+# Items whose allow-listed fields are mostly strings near the allowed ones: the cases
+# where only membership decides. Values of every kind come in through ``values``.
+_NEAR = st.sampled_from(["ok", "a", "b", "nope", ""])
+items = st.fixed_dictionaries(
+    {},
+    optional={
+        ITEM_KEY: st.integers(min_value=-2, max_value=3) | st.just("0"),
+        "candidate": _NEAR | _NEAR | values,
+        "tags": st.lists(_NEAR | _NEAR | values, max_size=3),
+        "a": st.fixed_dictionaries({}, optional={"b": _NEAR | values}),
+        "x": values,
+    },
+)
+
+
+def _review(value: Any, closure: Closure = Closure.CLOSED, depth: int | None = None) -> Any:
+    text = json.dumps(value, ensure_ascii=False)
+    parsed = parse_item(text)
+    assert isinstance(parsed, Parsed)
+    if depth is None:
+        depth = text.count("{") + text.count("[")  # a bound is all check_size compares
+    candidate = Candidate(index=0, span=Span(start=0, end=len(text)), closure=closure, depth=depth)
+    return under_review(candidate, text, parsed.value)
+
+
+@FAST
+@given(
+    item=items,
+    limits=guardrails,
+    allowed=allow_lists,
+    schema=st.sampled_from(SCHEMAS),
+    closure=st.sampled_from([Closure.CLOSED, Closure.CLOSED, Closure.TRUNCATED, Closure.BROKEN]),
+)
+def test_a_cleared_item_is_one_the_chain_passes_unchanged(
+    item: Any, limits: Guardrails, allowed: dict[str, frozenset[str]], schema: Any, closure: Closure
+) -> None:
+    limits = Guardrails(
+        max_depth=limits.max_depth,
+        max_string_length=limits.max_string_length,
+        allow_lists=allowed,
+        coerce=limits.coerce,
+    )
+    ctx = ChainContext(guardrails=limits, schema=schema)
+    review = _review(item, closure)
+    cleared = clears_the_chain(review, ctx)
+    event(f"cleared: {cleared}")
+    if cleared:
+        assert review_item(review, ctx) == review
+
+
+@pytest.mark.parametrize(
+    ("item", "limits", "schema", "clears"),
+    [
+        ({ITEM_KEY: 1}, Guardrails(), GENERIC_SCHEMA, True),
+        ({ITEM_KEY: -1}, Guardrails(), GENERIC_SCHEMA, False),  # schema: minimum
+        (
+            {ITEM_KEY: 1, "candidate": "ok"},
+            Guardrails(allow_lists={"candidate": frozenset({"ok"})}),
+            None,
+            True,
+        ),
+        (
+            {ITEM_KEY: 1, "candidate": "no"},
+            Guardrails(allow_lists={"candidate": frozenset({"ok"})}),
+            None,
+            False,
+        ),
+        (
+            {ITEM_KEY: 1, "tags": ["ok", 1]},
+            Guardrails(allow_lists={"tags": frozenset({"ok"})}),
+            None,
+            False,
+        ),
+        (
+            {ITEM_KEY: 1, "a": {"b": "ok"}},
+            Guardrails(allow_lists={"a.b": frozenset({"ok"})}),
+            None,
+            True,
+        ),
+        ({ITEM_KEY: 1}, Guardrails(allow_lists={"candidate": frozenset()}), None, True),  # absent
+        ({ITEM_KEY: 1, "x": [[1]]}, Guardrails(max_depth=2), None, False),  # too deep
+        (
+            {ITEM_KEY: 1, "x": "long"},
+            Guardrails(max_string_length=4),
+            None,
+            False,
+        ),  # may be too long
+        ({ITEM_KEY: "1"}, Guardrails(coerce=True), GENERIC_SCHEMA, False),  # coercion changes it
+        ([1], Guardrails(), None, False),  # not an object
+        ("ok", Guardrails(), None, False),
+        ({"candidate": "ok"}, Guardrails(), SCHEMAS[3], False),  # the reference decides
+    ],
+)
+def test_what_clears_in_one_call(item: Any, limits: Guardrails, schema: Any, clears: bool) -> None:
+    ctx = ChainContext(guardrails=limits, schema=schema)
+    review = _review(item)
+    assert clears_the_chain(review, ctx) is clears
+    if clears:
+        assert review_item(review, ctx) is review
+
+
+def test_an_item_not_parsed_with_the_document_never_clears() -> None:
+    candidate = Candidate(index=0, span=Span(start=0, end=2), closure=Closure.CLOSED, depth=1)
+    assert not clears_the_chain(
+        under_review(candidate, "{}"), ChainContext(guardrails=Guardrails(), schema=None)
+    )
+    parsed = under_review(candidate, "{}", {})
+    assert clears_the_chain(parsed, ChainContext(guardrails=Guardrails(), schema=None))
+    truncated = _review({}, Closure.TRUNCATED)
+    assert not clears_the_chain(truncated, ChainContext(guardrails=Guardrails(), schema=None))
