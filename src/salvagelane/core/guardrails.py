@@ -356,44 +356,30 @@ def select_within_limit(
     if limit is None or len(survivors) <= limit:
         return survivors, []
 
-    def rank_of(review: Review) -> tuple[int, float, int]:
-        if guardrails.rank_key is not None:
-            found, value = lookup(review.data, guardrails.rank_key)
-            if found and isinstance(value, int | float) and not isinstance(value, bool):
-                return (0, float(value), review.candidate.index)
-        return (1, 0.0, review.candidate.index)
+    rank_key = guardrails.rank_key
+    ranks = [lookup(r.data, rank_key) if rank_key else (False, None) for r in survivors]
 
-    ordered = sorted(survivors, key=rank_of)
-    kept_ids = {id(r) for r in ordered[:limit]}
-    kept = [r for r in survivors if id(r) in kept_ids]
+    def order_of(position: int) -> tuple[int, float, int]:
+        found, value = ranks[position]
+        index = survivors[position].candidate.index
+        if found and isinstance(value, int | float) and not isinstance(value, bool):
+            return (0, float(value), index)
+        return (1, 0.0, index)
+
+    kept_positions = set(sorted(range(len(survivors)), key=order_of)[:limit])
+    kept: list[Review] = []
     dropped: list[tuple[Review, Rejection]] = []
-    by = (
-        f"the {limit} with the smallest {guardrails.rank_key}"
-        if guardrails.rank_key
-        else (f"the first {limit}")
-    )
-    for review in survivors:
-        if id(review) in kept_ids:
+    by = f"the {limit} with the smallest {rank_key}" if rank_key else f"the first {limit}"
+    path = f"$.{rank_key}" if rank_key else "$"
+    expected = f"at most {limit} items (kept {by})"
+    for position, review in enumerate(survivors):
+        if position in kept_positions:
+            kept.append(review)
             continue
-        found, value = (
-            lookup(review.data, guardrails.rank_key) if guardrails.rank_key else (False, None)
-        )
-        dropped.append(
-            (
-                review,
-                _new_rejection(
-                    Reason.OVER_LIMIT,
-                    new_signal(
-                        SignalCode.OVER_LIMIT,
-                        f"$.{guardrails.rank_key}" if guardrails.rank_key else "$",
-                        f"at most {limit} items (kept {by})",
-                        f"rank {describe(value)}" if found else "one item too many",
-                        "",
-                    ),
-                    _NO_REPAIR,
-                ),
-            )
-        )
+        found, value = ranks[position]
+        received = f"rank {describe(value)}" if found else "one item too many"
+        signal = new_signal(SignalCode.OVER_LIMIT, path, expected, received, "")
+        dropped.append((review, _new_rejection(Reason.OVER_LIMIT, signal, _NO_REPAIR)))
     return kept, dropped
 
 
