@@ -641,6 +641,7 @@ def context() -> dict[str, Any]:
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "platform": platform.platform(),
         "machine": platform.machine(),
+        "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "json_repair": _version("json_repair"),
         "jsonschema": _version("jsonschema"),
@@ -652,6 +653,19 @@ def context() -> dict[str, Any]:
     if hasattr(os, "getloadavg"):
         info["loadavg_1min_at_start"] = round(os.getloadavg()[0], 2)
     return info
+
+
+def _cpu_model() -> str:
+    """The host's CPU model: ratios between C and Python code move with it, so a
+    verdict met by a thin margin on one host can be missed on another."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def _version(dist: str) -> str:
@@ -711,7 +725,8 @@ def print_report(
 ) -> None:
     out = sys.stdout
     out.write(
-        f"machine: {ctx['python']} | {ctx['platform']} | cpu_count={ctx['cpu_count']}"
+        f"machine: {ctx['python']} | {ctx['platform']} | {ctx['cpu_model']},"
+        f" cpu_count={ctx['cpu_count']}"
         + (f" (usable {ctx['cpus_usable']})" if "cpus_usable" in ctx else "")
         + f" | json_repair {ctx['json_repair']} | jsonschema {ctx['jsonschema']}"
         + f" | salvagelane {ctx['salvagelane_rev']} ({ctx['scan_loops']} scan loops)"

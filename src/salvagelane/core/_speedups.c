@@ -2,9 +2,10 @@
    produce (docs/adr/0015-compiled-scan-loops.md).
 
    The loops are pure functions over a str: no I/O, no allocation that outlives
-   a call, no recursion on input nesting. Each one answers a question the pure-Python core
-   answers too, and says "not sure" rather than guess: the Python code stays the
-   reference, and the tests check that both give the same answers.
+   a call, no recursion on input nesting. Each one answers a question the
+   pure-Python core answers too, and says "not sure" rather than guess: the
+   Python code stays the reference, and the tests check that both give the same
+   answers.
 
    match_container(text, start, bound) -> (end, depth) | None
        The container opening at `start` (`{` or `[`) closed before `bound`, with
@@ -860,7 +861,8 @@ builder(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *name = PyTuple_GET_ITEM(names, i);
         /* The class's own slot: a member descriptor in its own dict, holding an object. */
-        PyObject *slot = PyUnicode_Check(name) ? PyDict_GetItemWithError(cls->tp_dict, name) : NULL;
+        PyObject *slot =
+            PyUnicode_Check(name) ? PyDict_GetItemWithError(cls->tp_dict, name) : NULL;
         if (slot == NULL || !Py_IS_TYPE(slot, &PyMemberDescr_Type)
             || ((PyMemberDescrObject *)slot)->d_member->type != T_OBJECT_EX
             || (((PyMemberDescrObject *)slot)->d_member->flags & READONLY)) {
