@@ -251,32 +251,50 @@ def validate_schema(review: Review, ctx: ChainContext) -> Review | Rejection:
 
 def check_allow_lists(review: Review, ctx: ChainContext) -> Review | Rejection:
     """A field's value must be a known one: invented or injected references stop here."""
-    for field_path, allowed in ctx.guardrails.allow_lists.items():
-        found, value = lookup(review.data, field_path)
+    refused = first_not_allowed(review.data, ctx.guardrails.allow_lists)
+    if refused is None:
+        return review
+    field_path, position, element = refused
+    allowed = ctx.guardrails.allow_lists[field_path]
+    path = "$." + field_path + ("" if position is None else f"[{position}]")
+    # Values as JSON, so that the string "2" and the number 2 never read alike.
+    preview = ", ".join(describe(v) for v in sorted(allowed)[:_ALLOW_LIST_PREVIEW])
+    if len(allowed) > _ALLOW_LIST_PREVIEW:
+        preview += ", ..."
+    received = describe(element)
+    if not isinstance(element, str):
+        received += f" ({_JSON_TYPE_NAMES.get(type(element), 'not a string')})"
+    return Rejection(
+        reason=Reason.ALLOW_LIST,
+        signal=CorrectionSignal(
+            code=SignalCode.NOT_ALLOWED,
+            path=path,
+            expected=f"one of the {len(allowed)} allowed values ({preview})",
+            received=received,
+        ),
+    )
+
+
+def first_not_allowed(
+    data: JSONValue, allow_lists: Mapping[str, frozenset[str]]
+) -> tuple[str, int | None, JSONValue] | None:
+    """The first allow-listed value ``data`` holds that is not allowed: its field, its
+    position when the field holds a list (None otherwise), and the value; None if all are.
+
+    An absent field is allowed: absence is the schema's business (``required``).
+    """
+    for field_path, allowed in allow_lists.items():
+        found, value = lookup(data, field_path)
         if not found:
-            continue  # absence is the schema's business (``required``)
-        values = value if isinstance(value, list) else [value]
-        for position, element in enumerate(values):
-            if isinstance(element, str) and element in allowed:
+            continue
+        if not isinstance(value, list):
+            if isinstance(value, str) and value in allowed:
                 continue
-            path = "$." + field_path + (f"[{position}]" if isinstance(value, list) else "")
-            # Values as JSON, so that the string "2" and the number 2 never read alike.
-            preview = ", ".join(describe(v) for v in sorted(allowed)[:_ALLOW_LIST_PREVIEW])
-            if len(allowed) > _ALLOW_LIST_PREVIEW:
-                preview += ", ..."
-            received = describe(element)
-            if not isinstance(element, str):
-                received += f" ({_JSON_TYPE_NAMES.get(type(element), 'not a string')})"
-            return Rejection(
-                reason=Reason.ALLOW_LIST,
-                signal=CorrectionSignal(
-                    code=SignalCode.NOT_ALLOWED,
-                    path=path,
-                    expected=f"one of the {len(allowed)} allowed values ({preview})",
-                    received=received,
-                ),
-            )
-    return review
+            return field_path, None, value
+        for position, element in enumerate(value):
+            if not (isinstance(element, str) and element in allowed):
+                return field_path, position, element
+    return None
 
 
 _JSON_TYPE_NAMES: dict[type, str] = {
@@ -328,14 +346,8 @@ def clears_the_chain(review: Review, ctx: ChainContext) -> bool:
                 return False
         except ValueError:
             return False
-    for field_path, allowed in limits.allow_lists.items():  # check_allow_lists
-        found, value = lookup(data, field_path)
-        if not found:
-            continue
-        for element in value if type(value) is list else (value,):
-            if type(element) is not str or element not in allowed:
-                return False
-    return True
+    # check_allow_lists
+    return not limits.allow_lists or first_not_allowed(data, limits.allow_lists) is None
 
 
 def review_item(review: Review, ctx: ChainContext) -> Review | Rejection:

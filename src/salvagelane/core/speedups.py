@@ -4,9 +4,8 @@
 (docs/adr/0015-compiled-scan-loops.md): where a well-formed container ends, the
 run of intact items from a position, and whether a span is one strict JSON value
 whose keys are provably unique. It also builds the values they produce
-(:func:`builder`). The
-Python answers are the reference: the tests run both and require the same
-scan results and the same verdicts. This is the one module that imports the
+(:func:`builder`). The Python answers are the reference: the tests run both and
+require the same scan results and the same verdicts. This is the one module that imports the
 extension; :func:`use_python` lets the tests (and a benchmark's baseline) run
 the reference loops on a machine that has the compiled ones.
 """
