@@ -455,6 +455,7 @@ typedef enum { E_VALUE, E_VALUE_OR_CLOSE, E_KEY, E_KEY_OR_CLOSE, E_COLON, E_COMM
 typedef struct {
     char kind;             /* '{' or '[' */
     char unproven;         /* an escaped key, or too many members to compare */
+    char role;             /* for strict_items: ROLE_OBJECT, ROLE_CONTAINER or 0 */
     Py_ssize_t members;
     Py_ssize_t key_base;   /* index of this object's first key in the key list */
 } Level;
@@ -539,6 +540,7 @@ open_level(Nesting *nest, char kind)
     Level *level = &nest->levels[nest->len++];
     level->kind = kind;
     level->unproven = 0;
+    level->role = 0;
     level->members = 0;
     level->key_base = nest->keys_len;
     return 0;
@@ -628,9 +630,129 @@ literal_at(const Text *t, Py_ssize_t i, Py_ssize_t end, const char *word)
     return 1;
 }
 
-/* 0: not one strict value; otherwise STRICT_GRAMMAR | flags; -1 with an exception set. */
+/* What strict_value records for strict_items, as it reads a document: where the
+   items array at a path of keys is, each element's span and depth, and each member
+   of the objects on that path (the envelope), in document order. */
+#define ROLE_OBJECT 'o'     /* an object on the path: its members are read one by one */
+#define ROLE_CONTAINER 'c'  /* the items array: each element is recorded */
+#define ROLE_FIELD 'f'      /* a member of an object on the path, off the path */
+
+typedef struct {
+    PyObject *path;              /* tuple of str */
+    Py_ssize_t path_len;
+    int declined;                /* not shaped as the path says: no answer */
+    char next_role;              /* of the value after the key just read */
+    Py_ssize_t key_start, key_end;
+    Py_ssize_t root_start, root_end, container_start, container_end;
+    Py_ssize_t rec_base;         /* nesting where the recorded value opened; -1: none */
+    Py_ssize_t rec_start, rec_max, rec_level, rec_key_start, rec_key_end;
+    char rec_kind;               /* ROLE_CONTAINER: an element; ROLE_FIELD: a member */
+    Py_ssize_t *items;           /* start, end, depth per element */
+    Py_ssize_t items_len, items_cap;
+    Py_ssize_t *fields;          /* level, key start, key end, start, end, depth per member */
+    Py_ssize_t fields_len, fields_cap;
+} Track;
+
+static int
+push_values(Py_ssize_t **values, Py_ssize_t *len, Py_ssize_t *cap, const Py_ssize_t *add,
+            Py_ssize_t count)
+{
+    if (*len + count > *cap && grow((void **)values, cap, sizeof(Py_ssize_t)) < 0) {
+        return -1;
+    }
+    memcpy(*values + *len, add, (size_t)count * sizeof(Py_ssize_t));
+    *len += count;
+    return 0;
+}
+
+/* The value starting at `i` with `c`: an element or a member to record, or the next
+   object or array on the path; `*role` is the role of the container `c` may open. */
+HOT void
+track_value(Track *tr, const Nesting *nest, Py_ssize_t i, Py_UCS4 c, char *role)
+{
+    char wanted;
+    if (nest->len == 0) {
+        tr->root_start = i;
+        wanted = tr->path_len ? ROLE_OBJECT : ROLE_CONTAINER;
+    }
+    else {
+        char parent = nest->levels[nest->len - 1].role;
+        if (parent == ROLE_CONTAINER || (parent == ROLE_OBJECT && tr->next_role == ROLE_FIELD)) {
+            tr->rec_kind = parent == ROLE_CONTAINER ? ROLE_CONTAINER : ROLE_FIELD;
+            tr->rec_base = nest->len;
+            tr->rec_start = i;
+            tr->rec_max = 0;
+            tr->rec_level = nest->len - 1;
+            tr->rec_key_start = tr->key_start;
+            tr->rec_key_end = tr->key_end;
+            return;
+        }
+        if (parent != ROLE_OBJECT) {
+            return;  /* inside a recorded value */
+        }
+        wanted = tr->next_role;
+    }
+    if ((wanted == ROLE_OBJECT && c != '{') || (wanted == ROLE_CONTAINER && c != '[')) {
+        tr->declined = 1;  /* the scanner names this conflict: its path answers */
+        return;
+    }
+    if (wanted == ROLE_CONTAINER) {
+        tr->container_start = i;
+    }
+    *role = wanted;
+}
+
+/* A key read at `level`, an object on the path: is it the path's next key? */
+HOT void
+track_key(const Text *t, Track *tr, Py_ssize_t level, Py_ssize_t start, Py_ssize_t end)
+{
+    PyObject *want = PyTuple_GET_ITEM(tr->path, level);
+    Py_ssize_t len = PyUnicode_GET_LENGTH(want);
+    int same = end - start - 2 == len;
+    for (Py_ssize_t k = 0; same && k < len; k++) {
+        same = at(t, start + 1 + k) == PyUnicode_READ_CHAR(want, k);
+    }
+    /* An escaped key compares unequal here, and keeps the document unproven. */
+    tr->next_role = !same ? ROLE_FIELD : level + 1 == tr->path_len ? ROLE_CONTAINER : ROLE_OBJECT;
+    tr->key_start = start;
+    tr->key_end = end;
+}
+
+/* The value being recorded ended at `end` if the nesting is back where it opened. */
 HOT int
-strict_value(const Text *t, Py_ssize_t i, Py_ssize_t end)
+track_end(Track *tr, Py_ssize_t nesting, Py_ssize_t end)
+{
+    if (tr->rec_base != nesting) {
+        return 0;
+    }
+    tr->rec_base = -1;
+    if (tr->rec_kind == ROLE_CONTAINER) {
+        Py_ssize_t item[3] = {tr->rec_start, end, tr->rec_max};
+        return push_values(&tr->items, &tr->items_len, &tr->items_cap, item, 3);
+    }
+    Py_ssize_t member[6] = {tr->rec_level, tr->rec_key_start, tr->rec_key_end,
+                            tr->rec_start,  end,              tr->rec_max};
+    return push_values(&tr->fields, &tr->fields_len, &tr->fields_cap, member, 6);
+}
+
+/* A container closed at `end`, its role `closed`; the nesting is now `nest->len`. */
+HOT int
+track_close(Track *tr, const Nesting *nest, char closed, Py_ssize_t end)
+{
+    if (closed == ROLE_CONTAINER) {
+        tr->container_end = end;
+    }
+    if (nest->len == 0) {
+        tr->root_end = end;
+    }
+    return track_end(tr, nest->len, end);
+}
+
+/* 0: not one strict value; otherwise STRICT_GRAMMAR | flags; -1 with an exception set.
+   With `tr`, it also records what strict_items returns (check_strict passes NULL,
+   and the inlined copy it gets has no tracking in it). */
+HOT int
+strict_value(const Text *t, Py_ssize_t i, Py_ssize_t end, Track *tr)
 {
     Nesting nest = {NULL, 0, 0, NULL, 0, 0};
     Expect expect = E_VALUE;
@@ -664,8 +786,13 @@ strict_value(const Text *t, Py_ssize_t i, Py_ssize_t end)
                 continue;
             }
             if ((c == '}' && kind == '{') || (c == ']' && kind == '[')) {
+                char closed = nest.levels[nest.len - 1].role;
                 close_level(&nest);
                 i++;
+                if (tr != NULL && track_close(tr, &nest, closed, i) < 0) {
+                    result = -1;
+                    break;
+                }
                 expect = nest.len ? E_COMMA_OR_CLOSE : E_END;
                 continue;
             }
@@ -673,8 +800,13 @@ strict_value(const Text *t, Py_ssize_t i, Py_ssize_t end)
         }
         if (expect == E_KEY || expect == E_KEY_OR_CLOSE) {
             if (c == '}' && expect == E_KEY_OR_CLOSE) {
+                char closed = nest.levels[nest.len - 1].role;
                 close_level(&nest);
                 i++;
+                if (tr != NULL && track_close(tr, &nest, closed, i) < 0) {
+                    result = -1;
+                    break;
+                }
                 expect = nest.len ? E_COMMA_OR_CLOSE : E_END;
                 continue;
             }
@@ -690,21 +822,37 @@ strict_value(const Text *t, Py_ssize_t i, Py_ssize_t end)
                 result = -1;
                 break;
             }
+            if (tr != NULL && nest.levels[nest.len - 1].role == ROLE_OBJECT) {
+                track_key(t, tr, nest.len - 1, i, key_end);
+            }
             i = key_end;
             expect = E_COLON;
             continue;
         }
         /* E_VALUE or E_VALUE_OR_CLOSE */
         if (c == ']' && expect == E_VALUE_OR_CLOSE) {
+            char closed = nest.levels[nest.len - 1].role;
             close_level(&nest);
             i++;
+            if (tr != NULL && track_close(tr, &nest, closed, i) < 0) {
+                result = -1;
+                break;
+            }
             expect = nest.len ? E_COMMA_OR_CLOSE : E_END;
             continue;
+        }
+        char role = 0;
+        if (tr != NULL && !tr->declined) {
+            track_value(tr, &nest, i, c, &role);
         }
         if (c == '{' || c == '[') {
             if (open_level(&nest, (char)c) < 0) {
                 result = -1;
                 break;
+            }
+            nest.levels[nest.len - 1].role = role;
+            if (tr != NULL && tr->rec_base >= 0 && nest.len - tr->rec_base > tr->rec_max) {
+                tr->rec_max = nest.len - tr->rec_base;
             }
             i++;
             expect = c == '{' ? E_KEY_OR_CLOSE : E_VALUE_OR_CLOSE;
@@ -729,6 +877,10 @@ strict_value(const Text *t, Py_ssize_t i, Py_ssize_t end)
             break;
         }
         if (i < 0) {
+            break;
+        }
+        if (tr != NULL && track_end(tr, nest.len, i) < 0) {
+            result = -1;
             break;
         }
         expect = nest.len ? E_COMMA_OR_CLOSE : E_END;
@@ -761,12 +913,80 @@ check_strict(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     int result = 0;
     if (start < end) {
-        BY_KIND(args[0], result = strict_value(&t, start, end));
+        BY_KIND(args[0], result = strict_value(&t, start, end, NULL));
     }
     if (result < 0) {
         return NULL;
     }
     return PyLong_FromLong(result);
+}
+
+/* -------------------------------------------------------------- strict_items */
+
+static PyObject *
+as_list(const Py_ssize_t *values, Py_ssize_t len)
+{
+    PyObject *list = PyList_New(len);
+    if (list == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < len; k++) {
+        PyObject *value = PyLong_FromSsize_t(values[k]);
+        if (value == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, k, value);
+    }
+    return list;
+}
+
+static PyObject *
+strict_items(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "strict_items(text: str, path: tuple[str, ...])");
+        return NULL;
+    }
+    Py_ssize_t path_len = PyTuple_GET_SIZE(args[1]);
+    for (Py_ssize_t k = 0; k < path_len; k++) {
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(args[1], k))) {
+            PyErr_SetString(PyExc_TypeError, "strict_items: every key of the path is a str");
+            return NULL;
+        }
+    }
+    Track tr = {
+        .path = args[1], .path_len = path_len, .key_start = -1, .key_end = -1,
+        .root_start = -1, .root_end = -1, .container_start = -1, .container_end = -1,
+        .rec_base = -1,
+    };
+    Py_ssize_t n = PyUnicode_GET_LENGTH(args[0]);
+    int result = 0;
+    if (n > 0) {
+        BY_KIND(args[0], result = strict_value(&t, 0, n, &tr));
+    }
+    PyObject *answer = NULL;
+    if (result < 0) {
+        goto done;
+    }
+    if (result != STRICT_GRAMMAR || tr.declined || tr.container_start < 0
+        || tr.container_end < 0) {
+        answer = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *items = as_list(tr.items, tr.items_len);
+    PyObject *fields = items == NULL ? NULL : as_list(tr.fields, tr.fields_len);
+    if (fields != NULL) {
+        answer = Py_BuildValue("(nnnnNN)", tr.root_start, tr.root_end, tr.container_start,
+                               tr.container_end, items, fields);
+    }
+    else {
+        Py_XDECREF(items);
+    }
+done:
+    PyMem_Free(tr.items);
+    PyMem_Free(tr.fields);
+    return answer;
 }
 
 /* ------------------------------------------------------------------ builders */
@@ -887,6 +1107,9 @@ static PyMethodDef methods[] = {
      "item_run(text, pos, key, dead_start, dead_end, shallow) -> (spans, pos, separated, indent)"},
     {"check_strict", (PyCFunction)(void (*)(void))check_strict, METH_FASTCALL,
      "check_strict(text, start, end) -> int (0: not one strict JSON value)"},
+    {"strict_items", (PyCFunction)(void (*)(void))strict_items, METH_FASTCALL,
+     "strict_items(text, path) -> (root_start, root_end, container_start, container_end, "
+     "items, fields) | None"},
     {"builder", (PyCFunction)(void (*)(void))builder, METH_FASTCALL,
      "builder(cls, names) -> a positional constructor of a frozen, slotted dataclass"},
     {NULL, NULL, 0, NULL},

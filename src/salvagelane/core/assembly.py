@@ -46,13 +46,15 @@ from salvagelane.core.scanner import (
     ItemsPath,
     ScanResult,
     bracket_extent,
-    scan,
+    scan_leniently,
+    scan_strict,
 )
 from salvagelane.core.schema import ItemSchema
 from salvagelane.core.strict import (
     Parsed,
     is_strict_document,
     parse_item,
+    read_items,
     read_strict_document,
 )
 from salvagelane.errors import ItemsPathError
@@ -113,17 +115,23 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
     if size is not None:
         return _oversize(raw, size, limits, finish_text)
 
-    scanned = scan(raw, policy.items_path)
+    # A valid report is scanned in the pass that proves it strict, and parsed once, not
+    # item by item (the values are the same).
+    verdict: bool | None
+    values: list[JSONValue] | None
+    scanned = scan_strict(raw, policy.items_path)
+    if scanned is not None:
+        verdict, values = True, read_items(raw, scanned.items_path, len(scanned.candidates))
+    else:
+        scanned = scan_leniently(raw, policy.items_path)
+        verdict, values = (
+            read_strict_document(raw, scanned.items_path, len(scanned.candidates))
+            if _scan_is_clean(raw, scanned)
+            else (None, None)
+        )
     ctx = ChainContext(guardrails=limits, schema=policy.item_schema)
     survivors: list[Review] = []
     rejected: list[tuple[Candidate, Rejection]] = []
-    # A valid report is parsed once, not item by item (the values are the same), and the
-    # same check of the whole text answers whether it is valid.
-    verdict, values = (
-        read_strict_document(raw, scanned.items_path, len(scanned.candidates))
-        if _scan_is_clean(raw, scanned)
-        else (None, None)
-    )
     for position, candidate in enumerate(scanned.candidates):
         span = candidate.span
         text = raw[span.start : span.end]

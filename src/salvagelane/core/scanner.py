@@ -41,6 +41,7 @@ from salvagelane.core.scan_values import (
     new_candidate,
     parse_items_path,
 )
+from salvagelane.core.strict_scan import scan_strict
 
 __all__ = [
     "Anomaly",
@@ -53,11 +54,23 @@ __all__ = [
     "bracket_extent",
     "parse_items_path",
     "scan",
+    "scan_leniently",
+    "scan_strict",
 ]
 
 
 def scan(text: str, items_path: ItemsPath) -> ScanResult:
-    """Scan ``text`` for the items container at ``items_path``. Never raises."""
+    """Scan ``text`` for the items container at ``items_path``. Never raises.
+
+    A strict document is read in one compiled pass (``core.strict_scan``), with the
+    answer the full scan would give; anything else is scanned leniently.
+    """
+    strict = scan_strict(text, items_path)
+    return strict if strict is not None else scan_leniently(text, items_path)
+
+
+def scan_leniently(text: str, items_path: ItemsPath) -> ScanResult:
+    """The full scan, with its recovery, whatever ``text`` is. Never raises."""
     return _Scanner(text, items_path).run()
 
 

@@ -2,8 +2,9 @@
 
 ``_speedups.c`` answers questions the pure-Python core answers too, faster
 (docs/adr/0015-compiled-scan-loops.md): where a well-formed container ends, the
-run of intact items from a position, and whether a span is one strict JSON value
-whose keys are provably unique. It also builds the values they produce
+run of intact items from a position, whether a span is one strict JSON value
+whose keys are provably unique, and, for a text that is one, where its items and
+envelope members are (:data:`strict_items`). It also builds the values they produce
 (:func:`builder`). The Python answers are the reference: the tests run both and
 require the same scan results and the same verdicts. This is the one module that imports the
 extension; :func:`use_python` lets the tests (and a benchmark's baseline) run
@@ -30,6 +31,9 @@ NOT_CHECKED = -1  # no compiled check: the caller's own path decides
 MatchContainer = Callable[[str, int, int], "tuple[int, int] | None"]
 CheckStrict = Callable[[str, int, int], int]
 ItemRun = Callable[[str, int, str, int, int, int], "tuple[list[int], int, bool, int]"]
+StrictItems = Callable[
+    [str, "tuple[str, ...]"], "tuple[int, int, int, int, list[int], list[int]] | None"
+]
 V = TypeVar("V")
 
 
@@ -75,17 +79,37 @@ item_run: ItemRun | None = _COMPILED.item_run if _COMPILED is not None else None
 scanner's items loop would take one by one on its fast path (see ``_speedups.c``).
 None without the compiled loops: the scanner then takes them one by one."""
 
+strict_items: StrictItems | None = _COMPILED.strict_items if _COMPILED is not None else None
+"""``(root_start, root_end, list_start, list_end, items, members)`` when ``text`` is
+proven one strict JSON value (``check_strict`` answers exactly ``STRICT_GRAMMAR``)
+whose root holds an array at the path of keys; else None. ``items`` is flat (start,
+end, depth per element), ``members`` too (level, key start, key end, start, end,
+depth per member of an object on the path, off it). None without the compiled loops."""
+
 
 @contextmanager
 def use_python() -> Iterator[None]:
     """Run the reference Python loops inside the block (tests, benchmark baselines)."""
-    global match_container, check_strict, item_run
-    saved = match_container, check_strict, item_run
+    global match_container, check_strict, item_run, strict_items
+    saved = match_container, check_strict, item_run, strict_items
     match_container, check_strict, item_run = _python_match_container, _not_checked, None
+    strict_items = None
     try:
         yield
     finally:
-        match_container, check_strict, item_run = saved
+        match_container, check_strict, item_run, strict_items = saved
+
+
+@contextmanager
+def without_strict_scan() -> Iterator[None]:
+    """Scan every text leniently inside the block, valid or not (tests, benchmarks)."""
+    global strict_items
+    saved = strict_items
+    strict_items = None
+    try:
+        yield
+    finally:
+        strict_items = saved
 
 
 def builder(cls: type[V], *names: str) -> Callable[..., V]:

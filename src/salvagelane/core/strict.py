@@ -313,17 +313,27 @@ def read_strict_document(
     verdict = _verdict(checked)
     if checked != speedups.STRICT_GRAMMAR:
         return verdict, None
+    return verdict, read_items(raw, items_path, count)
+
+
+def read_items(raw: str, items_path: tuple[str, ...], count: int) -> list[Any] | None:
+    """The ``count`` items at ``items_path`` of ``raw``, parsed once with orjson.
+
+    Only for a text ``check_strict`` proved strict with no flag left: each item is then
+    exactly what :func:`parse_item` gives its span. None when orjson refuses the text
+    (1e999, deep nesting) or the list there does not hold ``count`` values.
+    """
     try:
         node = orjson.loads(raw)
-    except orjson.JSONDecodeError:  # 1e999, or nesting orjson refuses
-        return verdict, None
+    except orjson.JSONDecodeError:
+        return None
     for key in items_path:
         if not isinstance(node, dict):
-            return verdict, None
+            return None
         node = node.get(key)
     if not isinstance(node, list) or len(node) != count:
-        return verdict, None
-    return verdict, node
+        return None
+    return node
 
 
 def _verdict(checked: int) -> bool | None:
