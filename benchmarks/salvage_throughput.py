@@ -470,7 +470,7 @@ def least_salvage(
     items at once (no per-item call), and the records. It finds no spans and runs no
     allow-list, ranking or envelope check, so no salvage can be faster."""
     count = len(result.items) + len(result.quarantined)
-    verdict, values = read_strict_document(text, ITEMS_PATH, count)
+    verdict, _, values = read_strict_document(text, ITEMS_PATH, count)
     if not verdict or values is None:
         raise RuntimeError("least_salvage: the report is not one strict document")
     every_item = jsonschema_rs.validator_for({"type": "array", "items": dict(schema.schema)})
@@ -478,7 +478,7 @@ def least_salvage(
         raise RuntimeError("least_salvage: one call over the items disagrees with ItemSchema")
 
     def least() -> None:
-        _, items = read_strict_document(text, ITEMS_PATH, count)
+        _, _, items = read_strict_document(text, ITEMS_PATH, count)
         every_item.is_valid(items)
         records()
 

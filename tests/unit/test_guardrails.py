@@ -736,6 +736,23 @@ def test_truncated_item_without_possible_repair_has_none() -> None:
             [0],
             id="float-and-negative-ranks",
         ),
+        pytest.param(
+            # No float holds it: compared as a float, the rank raised OverflowError.
+            [{"rank": 10**400}, {"rank": 1e308}, {"rank": 10**308 + 1}],
+            2,
+            "rank",
+            [1, 2],
+            [0],
+            id="integer-rank-beyond-any-float",
+        ),
+        pytest.param(
+            [{"rank": 10**20 + 1}, {"rank": 10**20}, {"rank": 1e20}],
+            2,
+            "rank",
+            [1, 2],
+            [0],
+            id="large-ranks-compared-exactly",
+        ),
         pytest.param([{"w": {"r": 2}}, {"w": {"r": 1}}], 1, "w.r", [1], [0], id="dotted-rank-key"),
         pytest.param(
             [{"rank": 3}, {"rank": 1}, {"rank": 2}], 2, None, [0, 1], [2], id="no-rank-key"

@@ -21,7 +21,7 @@ from salvagelane.core.guardrails import (
     Review,
     check_item_count,
     check_size,
-    clears_the_chain,
+    clear_the_chain,
     review_item,
     select_within_limit,
     under_review,
@@ -53,6 +53,7 @@ from salvagelane.core.schema import ItemSchema
 from salvagelane.core.strict import (
     Parsed,
     is_strict_document,
+    new_parsed,
     parse_item,
     read_items,
     read_strict_document,
@@ -118,28 +119,31 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
     # A valid report is scanned in the pass that proves it strict, and parsed once, not
     # item by item (the values are the same).
     verdict: bool | None
+    document: JSONValue | None
     values: list[JSONValue] | None
     scanned = scan_strict(raw, policy.items_path)
     if scanned is not None:
-        verdict, values = True, read_items(raw, scanned.items_path, len(scanned.candidates))
+        verdict = True
+        document, values = read_items(raw, scanned.items_path, len(scanned.candidates))
     else:
         scanned = scan_leniently(raw, policy.items_path)
-        verdict, values = (
+        verdict, document, values = (
             read_strict_document(raw, scanned.items_path, len(scanned.candidates))
             if _scan_is_clean(raw, scanned)
-            else (None, None)
+            else (None, None, None)
         )
     ctx = ChainContext(guardrails=limits, schema=policy.item_schema)
     survivors: list[Review] = []
     rejected: list[tuple[Candidate, Rejection]] = []
+    cleared = None if values is None else clear_the_chain(scanned.candidates, values, ctx)
     for position, candidate in enumerate(scanned.candidates):
         span = candidate.span
         text = raw[span.start : span.end]
-        if values is None:
+        if values is None or cleared is None:
             review = under_review(candidate, text)
         else:
             review = under_review(candidate, text, values[position])
-            if clears_the_chain(review, ctx):
+            if cleared[position]:
                 survivors.append(review)
                 continue
         outcome = review_item(review, ctx)
@@ -151,7 +155,7 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
     rejected.extend((review.candidate, rejection) for review, rejection in over_limit)
     rejected.sort(key=lambda pair: pair[0].index)
 
-    envelope, issues = _assemble_envelope(raw, scanned.envelope, ctx)
+    envelope, issues = _assemble_envelope(raw, scanned.envelope, ctx, document)
     return SalvageResult(
         document_valid=verdict if verdict is not None else _document_valid(raw, scanned),
         truncated=scanned.truncated or finish is FinishReason.LENGTH,
@@ -272,16 +276,23 @@ def _quarantine(
 
 
 def _assemble_envelope(
-    raw: str, fields: tuple[EnvelopeField, ...], ctx: ChainContext
+    raw: str,
+    fields: tuple[EnvelopeField, ...],
+    ctx: ChainContext,
+    document: JSONValue | None = None,
 ) -> tuple[dict[str, JSONValue], list[EnvelopeIssue]]:
-    """Every intact envelope member, nested as in the document; every other one as an issue."""
+    """Every intact envelope member, nested as in the document; every other one as an issue.
+
+    ``document`` is the whole text parsed, when it was proven strict: a member's value
+    is then taken from it rather than parsed again (the values are the same).
+    """
     envelope: dict[str, JSONValue] = {}
     issues: list[EnvelopeIssue] = []
     occurrences = Counter(f.path for f in fields)
     reported_duplicates: set[tuple[str, ...]] = set()
     for member in fields:
         where = "$." + ".".join(member.path)
-        problem = _envelope_problem(raw, member, occurrences[member.path], ctx)
+        problem = _envelope_problem(raw, member, occurrences[member.path], ctx, document)
         if isinstance(problem, str):
             if occurrences[member.path] > 1:
                 if member.path in reported_duplicates:
@@ -301,7 +312,7 @@ def _assemble_envelope(
 
 
 def _envelope_problem(
-    raw: str, member: EnvelopeField, occurrences: int, ctx: ChainContext
+    raw: str, member: EnvelopeField, occurrences: int, ctx: ChainContext, document: JSONValue
 ) -> str | Parsed:
     if occurrences > 1:
         return "duplicate key: no occurrence is taken as the value"
@@ -311,6 +322,20 @@ def _envelope_problem(
         return "cut off by the end of the output"
     if member.closure is Closure.BROKEN:
         return member.defect or "damaged"
+    limits = ctx.guardrails
+    if (
+        document is not None
+        and member.depth <= limits.max_depth
+        and member.span.end - member.span.start <= limits.max_string_length
+    ):
+        # check_size's pass condition, and the value the strict parse of the span gives.
+        node = document
+        for key in member.path:
+            if not isinstance(node, dict) or key not in node:
+                break
+            node = node[key]
+        else:
+            return new_parsed(node)
     text = member.span.text(raw)
     as_candidate = Candidate(index=-1, span=member.span, closure=member.closure, depth=member.depth)
     sized = check_size(Review(candidate=as_candidate, text=text), ctx)

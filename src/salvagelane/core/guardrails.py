@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -319,35 +319,46 @@ ITEM_CHAIN: tuple[Step, ...] = (
 )
 
 
-def clears_the_chain(review: Review, ctx: ChainContext) -> bool:
-    """Whether every step would pass ``review`` unchanged, asked in one call.
+def clear_the_chain(
+    candidates: Sequence[Candidate], values: Sequence[JSONValue], ctx: ChainContext
+) -> list[bool]:
+    """Whether every step would pass each item unchanged, asked for all items at once.
 
-    For an item already parsed with a document proven strict, the usual case. Each
-    test below is the pass condition of one step; False is no verdict, and the chain
-    then runs and says why.
+    For the items of a document proven strict, parsed with it (``values``, one per
+    candidate): the usual case. Each test below is the pass condition of one step,
+    with the limits looked up once rather than per item; False is no verdict, and
+    the chain then runs and says why.
     """
-    candidate = review.candidate
-    data = review.data
     limits = ctx.guardrails
-    if (
-        data is _UNPARSED
-        or candidate.closure is not Closure.CLOSED  # check_truncated, parse_strictly
-        or candidate.depth > limits.max_depth  # check_size
-        or len(review.text) > limits.max_string_length  # check_size: no token that long
-        or type(data) is not dict  # require_object
-    ):
-        return False
     schema = ctx.schema
-    if schema is not None:
-        if limits.coerce or schema.fast is None:  # normalise; validate_schema by reference
-            return False
-        try:
-            if not schema.fast.is_valid(data):  # validate_schema's verdict
-                return False
-        except ValueError:
-            return False
-    # check_allow_lists
-    return not limits.allow_lists or first_not_allowed(data, limits.allow_lists) is None
+    if schema is not None and (limits.coerce or schema.fast is None):
+        return [False] * len(candidates)  # normalise; validate_schema by reference
+    closed = Closure.CLOSED
+    max_depth = limits.max_depth
+    max_length = limits.max_string_length
+    verdicts = [
+        candidate.closure is closed  # check_truncated, parse_strictly
+        and candidate.depth <= max_depth  # check_size
+        # check_size: a span this short holds no longer token
+        and candidate.span.end - candidate.span.start <= max_length
+        and type(value) is dict  # require_object
+        for candidate, value in zip(candidates, values, strict=True)
+    ]
+    allow_lists = limits.allow_lists
+    if allow_lists:  # check_allow_lists
+        verdicts = [
+            cleared and first_not_allowed(value, allow_lists) is None
+            for cleared, value in zip(verdicts, values, strict=True)
+        ]
+    if schema is not None:  # validate_schema's verdict
+        is_valid = schema.fast.is_valid
+        for position, cleared in enumerate(verdicts):
+            if cleared:
+                try:
+                    verdicts[position] = is_valid(values[position])
+                except ValueError:
+                    verdicts[position] = False
+    return verdicts
 
 
 def review_item(review: Review, ctx: ChainContext) -> Review | Rejection:
@@ -363,22 +374,26 @@ def review_item(review: Review, ctx: ChainContext) -> Review | Rejection:
 def select_within_limit(
     survivors: list[Review], guardrails: Guardrails
 ) -> tuple[list[Review], list[tuple[Review, Rejection]]]:
-    """over_limit: keep the N smallest ranks (ties: order of appearance)."""
+    """over_limit: keep the N smallest ranks (ties: order of appearance).
+
+    ``survivors`` come in order of appearance. An item without a numeric rank ranks
+    after every item with one.
+    """
     limit = guardrails.max_items
     if limit is None or len(survivors) <= limit:
         return survivors, []
 
     rank_key = guardrails.rank_key
-    ranks = [lookup(r.data, rank_key) if rank_key else (False, None) for r in survivors]
-
-    def order_of(position: int) -> tuple[int, float, int]:
-        found, value = ranks[position]
-        index = survivors[position].candidate.index
-        if found and isinstance(value, int | float) and not isinstance(value, bool):
-            return (0, float(value), index)
-        return (1, 0.0, index)
-
-    kept_positions = set(sorted(range(len(survivors)), key=order_of)[:limit])
+    ranks = [lookup(r.data, rank_key) for r in survivors] if rank_key else []
+    if rank_key:
+        # Compared as they are: Python orders int and float exactly, and float() of a
+        # large integer raises. The sort is stable, so ties keep the order of appearance.
+        order = [
+            (0, value) if found and type(value) in _NUMBERS else _UNRANKED for found, value in ranks
+        ]
+        kept_positions = set(sorted(range(len(survivors)), key=order.__getitem__)[:limit])
+    else:
+        kept_positions = set(range(limit))
     kept: list[Review] = []
     dropped: list[tuple[Review, Rejection]] = []
     by = f"the {limit} with the smallest {rank_key}" if rank_key else f"the first {limit}"
@@ -388,11 +403,15 @@ def select_within_limit(
         if position in kept_positions:
             kept.append(review)
             continue
-        found, value = ranks[position]
+        found, value = ranks[position] if rank_key else (False, None)
         received = f"rank {describe(value)}" if found else "one item too many"
         signal = new_signal(SignalCode.OVER_LIMIT, path, expected, received, "")
         dropped.append((review, _new_rejection(Reason.OVER_LIMIT, signal, _NO_REPAIR)))
     return kept, dropped
+
+
+_NUMBERS = (int, float)  # a JSON number; bool, also an int, is not one
+_UNRANKED = (1, 0)
 
 
 def check_item_count(kept: int, guardrails: Guardrails) -> Rejection | None:

@@ -105,7 +105,7 @@ class Parsed:
     value: JSONValue
 
 
-_new_parsed = speedups.builder(Parsed, "value")
+new_parsed = speedups.builder(Parsed, "value")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -126,7 +126,7 @@ def parse_item(text: str, *, offset: int = 0) -> Parsed | Unparsable:
     if speedups.check_strict(text, 0, len(text)) == speedups.STRICT_GRAMMAR:
         # Proven strict, keys unique, nothing orjson reads differently: one C parse.
         try:
-            return _new_parsed(orjson.loads(text))
+            return new_parsed(orjson.loads(text))
         except orjson.JSONDecodeError:  # 1e999, or nesting orjson refuses
             return _parse_precisely(text, offset)
     try:
@@ -203,7 +203,7 @@ def _checked(value: JSONValue, text: str, offset: int) -> Parsed | Unparsable:
         problem = _find_forbidden(value, text, offset)
         if problem is not None:
             return Unparsable(signal=problem)
-    return _new_parsed(value)
+    return new_parsed(value)
 
 
 def _undecoded_byte(char: str) -> str:
@@ -299,41 +299,41 @@ def _unparsable(
 
 def read_strict_document(
     raw: str, items_path: tuple[str, ...], count: int
-) -> tuple[bool | None, list[Any] | None]:
-    """One compiled check of the whole output: its validity, and its items parsed once.
+) -> tuple[bool | None, Any, list[Any] | None]:
+    """One compiled check of the whole output: its validity, and it parsed once.
 
     The verdict is what :func:`is_strict_document` would answer, or None when the check
     cannot tell (an escaped key, NUL, a surrogate, a big integer; or no compiled check).
-    The items come only when the text is proven strict with nothing an item parse would
-    look at again: each one is then exactly what :func:`parse_item` gives its span.
-    They are None too when the list at ``items_path`` does not hold ``count`` values
-    (the scan's candidates, which must be its elements).
+    The document and its items come only when the text is proven strict with nothing
+    an item parse would look at again (see :func:`read_items`); else None, None.
     """
     checked = speedups.check_strict(raw, 0, len(raw))
     verdict = _verdict(checked)
     if checked != speedups.STRICT_GRAMMAR:
-        return verdict, None
-    return verdict, read_items(raw, items_path, count)
+        return verdict, None, None
+    document, items = read_items(raw, items_path, count)
+    return verdict, document, items
 
 
-def read_items(raw: str, items_path: tuple[str, ...], count: int) -> list[Any] | None:
-    """The ``count`` items at ``items_path`` of ``raw``, parsed once with orjson.
+def read_items(raw: str, items_path: tuple[str, ...], count: int) -> tuple[Any, list[Any] | None]:
+    """``raw`` parsed once with orjson, and its ``count`` items at ``items_path``.
 
     Only for a text ``check_strict`` proved strict with no flag left: each item is then
-    exactly what :func:`parse_item` gives its span. None when orjson refuses the text
-    (1e999, deep nesting) or the list there does not hold ``count`` values.
+    exactly what :func:`parse_item` gives its span, and each envelope member what it
+    gives the member's span. None, None when orjson refuses the text (1e999, deep
+    nesting); the items are None when the list there does not hold ``count`` values.
     """
     try:
-        node = orjson.loads(raw)
+        document = node = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return None
+        return None, None
     for key in items_path:
         if not isinstance(node, dict):
-            return None
+            return document, None
         node = node.get(key)
     if not isinstance(node, list) or len(node) != count:
-        return None
-    return node
+        return document, None
+    return document, node
 
 
 def _verdict(checked: int) -> bool | None:

@@ -1,8 +1,8 @@
-"""clears_the_chain: "every step would pass" is said only where the chain passes the item.
+"""clear_the_chain: "every step would pass" is said only where the chain passes the item.
 
-salvage asks it first for every item of a report proven strict, and keeps the item
-without running the chain when it says yes; so a yes where any step would reject
-(or change) the item would accept what the chain quarantines. A no is never a
+salvage asks it first, for all the items of a report proven strict at once, and keeps
+each item it says yes to without running the chain; so a yes where any step would
+reject (or change) the item would accept what the chain quarantines. A no is never a
 verdict: the chain then runs.
 """
 
@@ -16,7 +16,13 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from salvagelane.core import Guardrails
-from salvagelane.core.guardrails import ChainContext, clears_the_chain, review_item, under_review
+from salvagelane.core.guardrails import (
+    ChainContext,
+    Review,
+    clear_the_chain,
+    review_item,
+    under_review,
+)
 from salvagelane.core.records import Span
 from salvagelane.core.scan_values import Candidate, Closure
 from salvagelane.core.schema import ItemSchema
@@ -61,6 +67,11 @@ def _review(value: Any, closure: Closure = Closure.CLOSED, depth: int | None = N
         depth = text.count("{") + text.count("[")  # a bound is all check_size compares
     candidate = Candidate(index=0, span=Span(start=0, end=len(text)), closure=closure, depth=depth)
     return under_review(candidate, text, parsed.value)
+
+
+def clears_the_chain(review: Review, ctx: ChainContext) -> bool:
+    """The verdict on one item, asked as salvage asks it: in a list."""
+    return clear_the_chain([review.candidate], [review.data], ctx)[0]
 
 
 @FAST
@@ -139,12 +150,31 @@ def test_what_clears_in_one_call(item: Any, limits: Guardrails, schema: Any, cle
         assert review_item(review, ctx) is review
 
 
-def test_an_item_not_parsed_with_the_document_never_clears() -> None:
-    candidate = Candidate(index=0, span=Span(start=0, end=2), closure=Closure.CLOSED, depth=1)
-    assert not clears_the_chain(
-        under_review(candidate, "{}"), ChainContext(guardrails=Guardrails(), schema=None)
+def test_only_a_closed_candidate_clears() -> None:
+    ctx = ChainContext(guardrails=Guardrails(), schema=None)
+    assert clears_the_chain(_review({}), ctx)
+    assert not clears_the_chain(_review({}, Closure.TRUNCATED), ctx)
+    assert not clears_the_chain(_review({}, Closure.BROKEN), ctx)
+
+
+@FAST
+@given(
+    batch=st.lists(items | values, max_size=6),
+    limits=guardrails,
+    allowed=allow_lists,
+    schema=st.sampled_from(SCHEMAS),
+)
+def test_each_verdict_is_the_items_own(
+    batch: list[Any], limits: Guardrails, allowed: dict[str, frozenset[str]], schema: Any
+) -> None:
+    # Asked for many items at once, each answer is the one asked for that item alone.
+    limits = Guardrails(
+        max_depth=limits.max_depth,
+        max_string_length=limits.max_string_length,
+        allow_lists=allowed,
+        coerce=limits.coerce,
     )
-    parsed = under_review(candidate, "{}", {})
-    assert clears_the_chain(parsed, ChainContext(guardrails=Guardrails(), schema=None))
-    truncated = _review({}, Closure.TRUNCATED)
-    assert not clears_the_chain(truncated, ChainContext(guardrails=Guardrails(), schema=None))
+    ctx = ChainContext(guardrails=limits, schema=schema)
+    reviews = [_review(item) for item in batch]
+    together = clear_the_chain([r.candidate for r in reviews], [r.data for r in reviews], ctx)
+    assert together == [clears_the_chain(r, ctx) for r in reviews]
