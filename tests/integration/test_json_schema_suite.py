@@ -140,12 +140,25 @@ class Verdicts:
     reference: bool  # jsonschema, as salvagelane configures it
     raw_fast: bool | str  # jsonschema-rs as configured, whatever the routing; str: refused
     routed: str  # ItemSchema.reference_only
+    batch: bool | None  # ItemSchema.batch on a list of this one instance; None: no batch
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FileRun:
     refused: dict[str, str]  # case description -> message
     verdicts: list[Verdicts]
+    # Per case with a batch validator: its verdict on the list of all the case's
+    # instances, and whether the layer finds every one of them valid.
+    batches: list[tuple[str, bool, bool]]
+
+
+def _batch_verdict(compiled: ItemSchema, instances: list[Any]) -> bool | None:
+    if compiled.batch is None:
+        return None
+    try:
+        return bool(compiled.batch.is_valid(instances))
+    except ValueError:  # an instance jsonschema-rs cannot take: no verdict
+        return None
 
 
 def _load_cases(name: str) -> list[dict[str, Any]]:
@@ -156,6 +169,7 @@ def _load_cases(name: str) -> list[dict[str, Any]]:
 def run_file(name: str) -> FileRun:
     refused: dict[str, str] = {}
     verdicts: list[Verdicts] = []
+    batches: list[tuple[str, bool, bool]] = []
     for case in _load_cases(name):
         description = case["description"]
         try:
@@ -178,9 +192,15 @@ def run_file(name: str) -> FileRun:
                     reference=compiled.explain(data) is None,
                     raw_fast=raw if isinstance(raw, str) else raw.is_valid(data),
                     routed=compiled.reference_only,
+                    batch=_batch_verdict(compiled, [data]),
                 )
             )
-    return FileRun(refused=refused, verdicts=verdicts)
+        instances = [test["data"] for test in case["tests"]]
+        together = _batch_verdict(compiled, instances)
+        if together is not None:
+            every = all(compiled.check(data) is None for data in instances)
+            batches.append((description, together, every))
+    return FileRun(refused=refused, verdicts=verdicts, batches=batches)
 
 
 _RUNS: dict[str, FileRun] = {}
@@ -258,6 +278,25 @@ def test_both_validators_agree_wherever_jsonschema_rs_decides(name: str) -> None
     assert [_show(v) for v in run.verdicts if v.routed and v.layer != v.reference] == []
     # Where jsonschema-rs decides, the layer's verdict is its verdict.
     assert [_show(v) for v in run.verdicts if not v.routed and v.layer != v.raw_fast] == []
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_a_list_of_items_is_judged_as_each_item_is(name: str) -> None:
+    """ItemSchema.batch, which salvage asks about all the items of a valid report at
+    once, says of a list what the layer says of its items, one by one and together."""
+    run = file_run(name)
+    assert [
+        _show(v) for v in run.verdicts if v.batch is not None and v.batch != v.layer
+    ] == []
+    assert [(case, together) for case, together, every in run.batches if together != every] == []
+
+
+def test_most_schemas_the_fast_validator_takes_get_a_batch_validator() -> None:
+    # Those it lacks are the suite's relative-$id resources, which jsonschema-rs does not
+    # find from the list's schema: their items are asked one by one, as before.
+    with_fast = [v for name in FILES for v in file_run(name).verdicts if not v.routed]
+    with_batch = [v for v in with_fast if v.batch is not None]
+    assert len(with_batch) >= 0.95 * len(with_fast)
 
 
 @pytest.mark.parametrize("name", [f for f in FILES if not f.startswith("optional/")])

@@ -350,8 +350,8 @@ def clear_the_chain(
             cleared and first_not_allowed(value, allow_lists) is None
             for cleared, value in zip(verdicts, values, strict=True)
         ]
-    if schema is not None:  # validate_schema's verdict
-        is_valid = schema.fast.is_valid
+    if schema is not None and not _all_valid(schema, values, verdicts):
+        is_valid = schema.fast.is_valid  # validate_schema's verdict, item by item
         for position, cleared in enumerate(verdicts):
             if cleared:
                 try:
@@ -359,6 +359,18 @@ def clear_the_chain(
                 except ValueError:
                     verdicts[position] = False
     return verdicts
+
+
+def _all_valid(schema: ItemSchema, values: Sequence[JSONValue], verdicts: list[bool]) -> bool:
+    """Whether every item still cleared is valid, asked in one jsonschema-rs call; False
+    is no verdict (some item is not, or the call cannot tell)."""
+    if schema.batch is None:
+        return False
+    pending = values if all(verdicts) else [v for v, ok in zip(values, verdicts, strict=True) if ok]
+    try:
+        return bool(schema.batch.is_valid(pending))
+    except ValueError:
+        return False
 
 
 def review_item(review: Review, ctx: ChainContext) -> Review | Rejection:

@@ -23,7 +23,12 @@ from referencing.jsonschema import DRAFT202012, UnknownDialect, specification_wi
 
 from salvagelane.core.canonical import canonical_sha256
 from salvagelane.core.records import CorrectionSignal, JSONValue
-from salvagelane.core.schema_routing import fast_validator, format_checker, subschemas
+from salvagelane.core.schema_routing import (
+    batch_validator,
+    fast_validator,
+    format_checker,
+    subschemas,
+)
 from salvagelane.core.strict import describe, member_path
 from salvagelane.errors import SchemaError
 
@@ -42,7 +47,9 @@ class ItemSchema:
 
     ``fast`` (jsonschema-rs) gives the verdict; ``validator`` (jsonschema) explains a
     rejection. ``fast`` is None when the schema is validated by jsonschema alone, and
-    ``reference_only`` then says why (schema_routing.py).
+    ``reference_only`` then says why (schema_routing.py). ``batch`` is jsonschema-rs
+    over a list of items, for asking about all the items of a valid report at once;
+    None with ``fast``, or when jsonschema-rs cannot compile the list's schema.
     """
 
     schema: Mapping[str, Any]
@@ -50,6 +57,7 @@ class ItemSchema:
     validator: Any  # a jsonschema Validator instance; its protocol is not generic
     fast: Any = None  # a jsonschema_rs Validator, or None
     reference_only: str = ""
+    batch: Any = None  # a jsonschema_rs Validator of a list of items, or None
 
     @classmethod
     def compile(
@@ -83,6 +91,7 @@ class ItemSchema:
             validator=validator,
             fast=fast,
             reference_only=reference_only,
+            batch=None if fast is None else batch_validator(schema, bundled),
         )
 
     def check(self, instance: JSONValue) -> CorrectionSignal | None:

@@ -157,6 +157,29 @@ def fast_validator(
     return validator, ""
 
 
+# Where a list validator finds the item schema: a URI no schema can fetch or name by
+# accident, and a base against which the schema's own relative references resolve.
+_ITEM_URI = "https://salvagelane.invalid/item.schema.json"
+
+
+def batch_validator(
+    schema: Mapping[str, Any], resources: Sequence[tuple[str, Mapping[str, Any]]]
+) -> Any:
+    """jsonschema-rs for a list of items, each validated against ``schema``; None when
+    jsonschema-rs cannot compile it so.
+
+    One call over all the items of a valid report costs less than one call per item.
+    The item schema is its own resource, referenced from the list's ``items``: inlined,
+    its ``#`` references would resolve against the list's schema. The JSON Schema Test
+    Suite proves its verdict on a one-item list is the item's, test by test.
+    """
+    wrapper = {"$schema": _DRAFT_2020_12, "type": "array", "items": {"$ref": _ITEM_URI}}
+    try:
+        return compile_fast(wrapper, [(_ITEM_URI, schema), *resources])
+    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError):
+        return None
+
+
 def compile_fast(
     schema: Mapping[str, Any], resources: Sequence[tuple[str, Mapping[str, Any]]] = ()
 ) -> Any:
