@@ -285,9 +285,7 @@ def test_a_list_of_items_is_judged_as_each_item_is(name: str) -> None:
     """ItemSchema.batch, which salvage asks about all the items of a valid report at
     once, says of a list what the layer says of its items, one by one and together."""
     run = file_run(name)
-    assert [
-        _show(v) for v in run.verdicts if v.batch is not None and v.batch != v.layer
-    ] == []
+    assert [_show(v) for v in run.verdicts if v.batch is not None and v.batch != v.layer] == []
     assert [(case, together) for case, together, every in run.batches if together != every] == []
 
 

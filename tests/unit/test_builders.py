@@ -24,14 +24,24 @@ from salvagelane.core.records import (
     CorrectionSignal,
     QuarantinedItem,
     Reason,
+    SalvageResult,
     SignalCode,
     Span,
     new_accepted,
     new_quarantined,
+    new_result,
     new_signal,
     new_span,
 )
-from salvagelane.core.scan_values import Candidate, Closure, new_candidate
+from salvagelane.core.scan_values import (
+    Candidate,
+    Closure,
+    EnvelopeField,
+    ScanResult,
+    new_candidate,
+    new_envelope_field,
+    new_scan_result,
+)
 
 SPAN = Span(start=3, end=9)
 SIGNAL = CorrectionSignal(code=SignalCode.OVER_LIMIT, path="$.rank", expected="e", received="r")
@@ -68,6 +78,46 @@ CASES: list[tuple[Any, tuple[Any, ...], Any]] = [
             snippet='{"rank"',
             sha256="ab" * 32,
             repaired={"rank": 9},
+        ),
+    ),
+    (
+        new_envelope_field,
+        (("data", "summary"), SPAN, Closure.CLOSED, 0, "", "duplicate key"),
+        EnvelopeField(
+            path=("data", "summary"),
+            span=SPAN,
+            closure=Closure.CLOSED,
+            depth=0,
+            conflict="duplicate key",
+        ),
+    ),
+    (
+        new_scan_result,
+        (("items",), SPAN, SPAN, True, (CANDIDATE,), (), False, (), 4),
+        ScanResult(
+            items_path=("items",),
+            root=SPAN,
+            container=SPAN,
+            container_closed=True,
+            candidates=(CANDIDATE,),
+            envelope=(),
+            truncated=False,
+            anomalies=(),
+            steps=4,
+        ),
+    ),
+    (
+        new_result,
+        (True, False, True, {"summary": "s"}, (), (), (), "stop", ("a note",)),
+        SalvageResult(
+            document_valid=True,
+            truncated=False,
+            items_found=True,
+            envelope={"summary": "s"},
+            items=(),
+            quarantined=(),
+            finish_reason="stop",
+            notes=("a note",),
         ),
     ),
 ]

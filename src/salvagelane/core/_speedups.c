@@ -26,6 +26,12 @@
        NEEDS_CHECK (a \u0000 or surrogate escape, a raw surrogate, an integer of
        more than 18 digits, which a 64-bit parser may not keep exact).
 
+   strict_items(text, path, make_span, make_candidate, closed)
+       For a text check_strict proves strict with no flag left, whose root holds
+       an array at `path` (a tuple of keys): where the root and the array are,
+       one candidate per element (built by the caller's constructors), and each
+       member of the objects on the path, off it. None for any other text.
+
    builder(cls, names) -> Builder
        A positional constructor for one frozen, slotted dataclass, for the
        values the loops produce one per item (see the builders section).
@@ -941,11 +947,58 @@ as_list(const Py_ssize_t *values, Py_ssize_t len)
     return list;
 }
 
+/* One candidate per recorded element, made by the caller's constructors: `make_span`
+   (start, end) and `make_candidate` (index, span, closure, depth, defect, stray). */
+static PyObject *
+as_candidates(const Track *tr, PyObject *make_span, PyObject *make_candidate, PyObject *closed)
+{
+    Py_ssize_t count = tr->items_len / 3;
+    PyObject *candidates = PyTuple_New(count);
+    PyObject *no_defect = PyUnicode_FromStringAndSize("", 0);
+    if (candidates == NULL || no_defect == NULL) {
+        Py_XDECREF(candidates);
+        Py_XDECREF(no_defect);
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        const Py_ssize_t *item = tr->items + 3 * k;
+        PyObject *span = NULL, *candidate = NULL;
+        PyObject *start = PyLong_FromSsize_t(item[0]);
+        PyObject *end = PyLong_FromSsize_t(item[1]);
+        PyObject *index = PyLong_FromSsize_t(k);
+        PyObject *depth = PyLong_FromSsize_t(item[2]);
+        if (start != NULL && end != NULL && index != NULL && depth != NULL) {
+            PyObject *span_args[2] = {start, end};
+            span = PyObject_Vectorcall(make_span, span_args, 2, NULL);
+        }
+        if (span != NULL) {
+            PyObject *args[6] = {index, span, closed, depth, no_defect, Py_False};
+            candidate = PyObject_Vectorcall(make_candidate, args, 6, NULL);
+        }
+        Py_XDECREF(start);
+        Py_XDECREF(end);
+        Py_XDECREF(index);
+        Py_XDECREF(depth);
+        Py_XDECREF(span);
+        if (candidate == NULL) {
+            Py_DECREF(candidates);
+            Py_DECREF(no_defect);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(candidates, k, candidate);
+    }
+    Py_DECREF(no_defect);
+    return candidates;
+}
+
 static PyObject *
 strict_items(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyTuple_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "strict_items(text: str, path: tuple[str, ...])");
+    if (nargs != 5 || !PyUnicode_Check(args[0]) || !PyTuple_Check(args[1])
+        || !PyCallable_Check(args[2]) || !PyCallable_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "strict_items(text: str, path: tuple[str, ...], make_span, "
+                        "make_candidate, closed)");
         return NULL;
     }
     Py_ssize_t path_len = PyTuple_GET_SIZE(args[1]);
@@ -974,14 +1027,14 @@ strict_items(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         answer = Py_NewRef(Py_None);
         goto done;
     }
-    PyObject *items = as_list(tr.items, tr.items_len);
-    PyObject *fields = items == NULL ? NULL : as_list(tr.fields, tr.fields_len);
+    PyObject *candidates = as_candidates(&tr, args[2], args[3], args[4]);
+    PyObject *fields = candidates == NULL ? NULL : as_list(tr.fields, tr.fields_len);
     if (fields != NULL) {
         answer = Py_BuildValue("(nnnnNN)", tr.root_start, tr.root_end, tr.container_start,
-                               tr.container_end, items, fields);
+                               tr.container_end, candidates, fields);
     }
     else {
-        Py_XDECREF(items);
+        Py_XDECREF(candidates);
     }
 done:
     PyMem_Free(tr.items);
@@ -1108,8 +1161,8 @@ static PyMethodDef methods[] = {
     {"check_strict", (PyCFunction)(void (*)(void))check_strict, METH_FASTCALL,
      "check_strict(text, start, end) -> int (0: not one strict JSON value)"},
     {"strict_items", (PyCFunction)(void (*)(void))strict_items, METH_FASTCALL,
-     "strict_items(text, path) -> (root_start, root_end, container_start, container_end, "
-     "items, fields) | None"},
+     "strict_items(text, path, make_span, make_candidate, closed) -> (root_start, root_end, "
+     "container_start, container_end, candidates, fields) | None"},
     {"builder", (PyCFunction)(void (*)(void))builder, METH_FASTCALL,
      "builder(cls, names) -> a positional constructor of a frozen, slotted dataclass"},
     {NULL, NULL, 0, NULL},

@@ -38,6 +38,7 @@ from salvagelane.core.records import (
     Span,
     new_accepted,
     new_quarantined,
+    new_result,
 )
 from salvagelane.core.scanner import (
     Candidate,
@@ -152,25 +153,28 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
         else:
             survivors.append(outcome)
     kept, over_limit = select_within_limit(survivors, limits)
-    rejected.extend((review.candidate, rejection) for review, rejection in over_limit)
-    rejected.sort(key=lambda pair: pair[0].index)
+    # Both lists come in the candidates' order: only a mix of the two needs a sort.
+    over = [(review.candidate, rejection) for review, rejection in over_limit]
+    if rejected and over:
+        rejected.extend(over)
+        rejected.sort(key=lambda pair: pair[0].index)
+    elif over:
+        rejected = over
 
     envelope, issues = _assemble_envelope(raw, scanned.envelope, ctx, document)
-    return SalvageResult(
-        document_valid=verdict if verdict is not None else _document_valid(raw, scanned),
-        truncated=scanned.truncated or finish is FinishReason.LENGTH,
-        items_found=scanned.items_found,
-        envelope=envelope,
-        items=tuple(
+    return new_result(
+        verdict if verdict is not None else _document_valid(raw, scanned),
+        scanned.truncated or finish is FinishReason.LENGTH,
+        scanned.items_found,
+        envelope,
+        tuple(
             new_accepted(r.candidate.index, r.data, r.candidate.span, r.coercions, r.repairs)
             for r in kept
         ),
-        quarantined=tuple(
-            _quarantine(raw, candidate, rejection, limits) for candidate, rejection in rejected
-        ),
-        envelope_issues=tuple(issues),
-        finish_reason=finish_text,
-        notes=_notes(scanned),
+        _quarantined(raw, rejected, limits),
+        tuple(issues),
+        finish_text,
+        _notes(scanned),
     )
 
 
@@ -259,20 +263,34 @@ def _oversize(raw: str, size: int, limits: Guardrails, finish: str | None) -> Sa
     )
 
 
+def _quarantined(
+    raw: str, rejected: list[tuple[Candidate, Rejection]], limits: Guardrails
+) -> tuple[QuarantinedItem, ...]:
+    """The records of the rejected candidates, as :func:`_quarantine` makes each one."""
+    snippet_chars = limits.snippet_chars
+    records = []
+    for candidate, rejection in rejected:
+        span = candidate.span
+        text = raw[span.start : span.end]
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        records.append(
+            new_quarantined(
+                candidate.index,
+                rejection.reason,
+                rejection.signal,
+                span,
+                text[:snippet_chars],
+                digest,
+                rejection.repaired,
+            )
+        )
+    return tuple(records)
+
+
 def _quarantine(
     raw: str, candidate: Candidate, rejection: Rejection, limits: Guardrails
 ) -> QuarantinedItem:
-    span = candidate.span
-    text = raw[span.start : span.end]
-    return new_quarantined(
-        candidate.index,
-        rejection.reason,
-        rejection.signal,
-        span,
-        text[: limits.snippet_chars],
-        sha256_of(text),
-        rejection.repaired,
-    )
+    return _quarantined(raw, [(candidate, rejection)], limits)[0]
 
 
 def _assemble_envelope(

@@ -36,6 +36,7 @@ from salvagelane.core.strict import Parsed, describe, parse_item
 from salvagelane.errors import ConfigurationError
 
 _UNPARSED: Any = object()
+_ABSENT: Any = object()  # a field the item does not have
 _ALLOW_LIST_PREVIEW = 12
 
 
@@ -345,11 +346,28 @@ def clear_the_chain(
         for candidate, value in zip(candidates, values, strict=True)
     ]
     allow_lists = limits.allow_lists
-    if allow_lists:  # check_allow_lists
+    if any("." in field_path for field_path in allow_lists):  # check_allow_lists
         verdicts = [
             cleared and first_not_allowed(value, allow_lists) is None
             for cleared, value in zip(verdicts, values, strict=True)
         ]
+    else:
+        # first_not_allowed's test, for fields of the item itself (a cleared value is a
+        # dict), written out: a call per item and field costs as much as the test.
+        for field_path, allowed in allow_lists.items():
+            verdicts = [
+                cleared
+                and (
+                    (found := value.get(field_path, _ABSENT)) is _ABSENT
+                    or (
+                        found in allowed
+                        if type(found) is str
+                        else type(found) is list
+                        and all(type(e) is str and e in allowed for e in found)
+                    )
+                )
+                for cleared, value in zip(verdicts, values, strict=True)
+            ]
     if schema is not None and not _all_valid(schema, values, verdicts):
         is_valid = schema.fast.is_valid  # validate_schema's verdict, item by item
         for position, cleared in enumerate(verdicts):
@@ -396,13 +414,19 @@ def select_within_limit(
         return survivors, []
 
     rank_key = guardrails.rank_key
-    ranks = [lookup(r.data, rank_key) for r in survivors] if rank_key else []
+    ranks: list[JSONValue] = []  # each survivor's rank, _ABSENT where it has none
+    if rank_key and "." not in rank_key:  # a survivor's data is an object (require_object)
+        ranks = [
+            r.data.get(rank_key, _ABSENT) if type(r.data) is dict else _ABSENT for r in survivors
+        ]
+    elif rank_key:
+        for review in survivors:
+            found, value = lookup(review.data, rank_key)
+            ranks.append(value if found else _ABSENT)
     if rank_key:
         # Compared as they are: Python orders int and float exactly, and float() of a
         # large integer raises. The sort is stable, so ties keep the order of appearance.
-        order = [
-            (0, value) if found and type(value) in _NUMBERS else _UNRANKED for found, value in ranks
-        ]
+        order = [(0, rank) if type(rank) in _NUMBERS else _UNRANKED for rank in ranks]
         kept_positions = set(sorted(range(len(survivors)), key=order.__getitem__)[:limit])
     else:
         kept_positions = set(range(limit))
@@ -415,8 +439,8 @@ def select_within_limit(
         if position in kept_positions:
             kept.append(review)
             continue
-        found, value = ranks[position] if rank_key else (False, None)
-        received = f"rank {describe(value)}" if found else "one item too many"
+        rank = ranks[position] if rank_key else _ABSENT
+        received = "one item too many" if rank is _ABSENT else f"rank {describe(rank)}"
         signal = new_signal(SignalCode.OVER_LIMIT, path, expected, received, "")
         dropped.append((review, _new_rejection(Reason.OVER_LIMIT, signal, _NO_REPAIR)))
     return kept, dropped

@@ -68,6 +68,11 @@ class EnvelopeField:
     conflict: str = ""  # why this member cannot be taken as the envelope's value
 
 
+new_envelope_field = builder(
+    EnvelopeField, "path", "span", "closure", "depth", "defect", "conflict"
+)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Anomaly:
     """Structure the scanner tolerated: worth a note, costs no item."""
@@ -99,3 +104,17 @@ def parse_items_path(dotted: str) -> ItemsPath:
     if not dotted:
         return ()
     return tuple(dotted.split("."))
+
+
+new_scan_result = builder(
+    ScanResult,
+    "items_path",
+    "root",
+    "container",
+    "container_closed",
+    "candidates",
+    "envelope",
+    "truncated",
+    "anomalies",
+    "steps",
+)

@@ -31,9 +31,7 @@ NOT_CHECKED = -1  # no compiled check: the caller's own path decides
 MatchContainer = Callable[[str, int, int], "tuple[int, int] | None"]
 CheckStrict = Callable[[str, int, int], int]
 ItemRun = Callable[[str, int, str, int, int, int], "tuple[list[int], int, bool, int]"]
-StrictItems = Callable[
-    [str, "tuple[str, ...]"], "tuple[int, int, int, int, list[int], list[int]] | None"
-]
+StrictItems = Callable[..., "tuple[int, int, int, int, tuple[Any, ...], list[int]] | None"]
 V = TypeVar("V")
 
 
@@ -80,11 +78,13 @@ scanner's items loop would take one by one on its fast path (see ``_speedups.c``
 None without the compiled loops: the scanner then takes them one by one."""
 
 strict_items: StrictItems | None = _COMPILED.strict_items if _COMPILED is not None else None
-"""``(root_start, root_end, list_start, list_end, items, members)`` when ``text`` is
-proven one strict JSON value (``check_strict`` answers exactly ``STRICT_GRAMMAR``)
-whose root holds an array at the path of keys; else None. ``items`` is flat (start,
-end, depth per element), ``members`` too (level, key start, key end, start, end,
-depth per member of an object on the path, off it). None without the compiled loops."""
+"""``strict_items(text, path, make_span, make_candidate, closed)``: ``(root_start,
+root_end, list_start, list_end, candidates, members)`` when ``text`` is proven one
+strict JSON value (``check_strict`` answers exactly ``STRICT_GRAMMAR``) whose root
+holds an array at the path of keys; else None. ``candidates`` holds one per element,
+made by the two constructors; ``members`` is flat (level, key start, key end, start,
+end, depth per member of an object on the path, off it). None without the compiled
+loops."""
 
 
 @contextmanager

@@ -13,13 +13,14 @@ scanner runs.
 from __future__ import annotations
 
 from salvagelane.core import speedups
-from salvagelane.core.records import Span, new_span
+from salvagelane.core.records import new_span
 from salvagelane.core.scan_values import (
     Closure,
-    EnvelopeField,
     ItemsPath,
     ScanResult,
     new_candidate,
+    new_envelope_field,
+    new_scan_result,
 )
 
 __all__ = ["scan_strict"]
@@ -31,34 +32,32 @@ def scan_strict(text: str, items_path: ItemsPath) -> ScanResult | None:
     strict_items = speedups.strict_items
     if strict_items is None:
         return None
-    found = strict_items(text, items_path)
+    found = strict_items(text, items_path, new_span, new_candidate, Closure.CLOSED)
     if found is None:
         return None
-    root_start, root_end, list_start, list_end, items, members = found
+    root_start, root_end, list_start, list_end, candidates, members = found
     closed = Closure.CLOSED
-    candidates = tuple(
-        new_candidate(k // 3, new_span(items[k], items[k + 1]), closed, items[k + 2], "", False)
-        for k in range(0, len(items), 3)
-    )
     # A member's key has no escape (the document would not be proven strict): the text
     # between its quotes is the key.
     envelope = tuple(
-        EnvelopeField(
-            path=(*items_path[: members[k]], text[members[k + 1] + 1 : members[k + 2] - 1]),
-            span=new_span(members[k + 3], members[k + 4]),
-            closure=closed,
-            depth=members[k + 5],
+        new_envelope_field(
+            (*items_path[: members[k]], text[members[k + 1] + 1 : members[k + 2] - 1]),
+            new_span(members[k + 3], members[k + 4]),
+            closed,
+            members[k + 5],
+            "",
+            "",
         )
         for k in range(0, len(members), 6)
     )
-    return ScanResult(
-        items_path=items_path,
-        root=Span(start=root_start, end=root_end),
-        container=Span(start=list_start, end=list_end),
-        container_closed=True,
-        candidates=candidates,
-        envelope=envelope,
-        truncated=False,
-        anomalies=(),
-        steps=1 + len(candidates) + len(envelope),
+    return new_scan_result(
+        items_path,
+        new_span(root_start, root_end),
+        new_span(list_start, list_end),
+        True,  # container_closed
+        candidates,
+        envelope,
+        False,  # truncated
+        (),  # anomalies
+        1 + len(candidates) + len(envelope),  # steps
     )
