@@ -21,6 +21,7 @@ from salvagelane.core.guardrails import (
     check_item_count,
     check_size,
     clear_the_chain,
+    rank_within_limit,
     review_item,
     select_within_limit,
     under_review,
@@ -133,40 +134,47 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
             else (None, None, None)
         )
     ctx = ChainContext(guardrails=limits, schema=policy.item_schema)
-    survivors: list[Review] = []
-    rejected: list[tuple[Candidate, Rejection]] = []
-    cleared = None if values is None else clear_the_chain(scanned.candidates, values, ctx)
     candidates = scanned.candidates
-    if cleared is not None and values is not None and all(cleared):
-        # Every item passes unchanged, as on most valid reports: one pass, no chain.
-        survivors = [
-            under_review(c, raw[c.span.start : c.span.end], v)
-            for c, v in zip(candidates, values, strict=True)
-        ]
-        candidates = ()
-    for position, candidate in enumerate(candidates):
-        span = candidate.span
-        text = raw[span.start : span.end]
-        if values is None or cleared is None:
-            review = under_review(candidate, text)
-        else:
-            review = under_review(candidate, text, values[position])
-            if cleared[position]:
-                survivors.append(review)
-                continue
-        outcome = review_item(review, ctx)
-        if isinstance(outcome, Rejection):
-            rejected.append((candidate, outcome))
-        else:
-            survivors.append(outcome)
-    kept, over_limit = select_within_limit(survivors, limits)
-    # Both lists come in the candidates' order: only a mix of the two needs a sort.
-    over = [(review.candidate, rejection) for review, rejection in over_limit]
-    if rejected and over:
-        rejected.extend(over)
-        rejected.sort(key=lambda pair: pair[0].index)
-    elif over:
-        rejected = over
+    cleared = None if values is None else clear_the_chain(candidates, values, ctx)
+    accepted: tuple[AcceptedItem, ...]
+    rejected: list[tuple[Candidate, Rejection]] = []
+    if values is not None and cleared is not None and all(cleared):
+        # Every item passes unchanged, as on most valid reports: no chain, no review.
+        kept_positions, dropped = rank_within_limit(values, limits)
+        accepted = tuple(
+            new_accepted(candidates[p].index, values[p], candidates[p].span, (), ())
+            for p in (range(len(candidates)) if kept_positions is None else kept_positions)
+        )
+        rejected = [(candidates[p], rejection) for p, rejection in dropped]
+    else:
+        survivors: list[Review] = []
+        for position, candidate in enumerate(candidates):
+            span = candidate.span
+            text = raw[span.start : span.end]
+            if values is None or cleared is None:
+                review = under_review(candidate, text)
+            else:
+                review = under_review(candidate, text, values[position])
+                if cleared[position]:
+                    survivors.append(review)
+                    continue
+            outcome = review_item(review, ctx)
+            if isinstance(outcome, Rejection):
+                rejected.append((candidate, outcome))
+            else:
+                survivors.append(outcome)
+        kept, over_limit = select_within_limit(survivors, limits)
+        # Both lists come in the candidates' order: only a mix of the two needs a sort.
+        over = [(review.candidate, rejection) for review, rejection in over_limit]
+        if rejected and over:
+            rejected.extend(over)
+            rejected.sort(key=lambda pair: pair[0].index)
+        elif over:
+            rejected = over
+        accepted = tuple(
+            new_accepted(r.candidate.index, r.data, r.candidate.span, r.coercions, r.repairs)
+            for r in kept
+        )
 
     envelope, issues = _assemble_envelope(raw, scanned.envelope, ctx, document)
     return new_result(
@@ -174,10 +182,7 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
         scanned.truncated or finish is FinishReason.LENGTH,
         scanned.items_found,
         envelope,
-        tuple(
-            new_accepted(r.candidate.index, r.data, r.candidate.span, r.coercions, r.repairs)
-            for r in kept
-        ),
+        accepted,
         _quarantined(raw, rejected, limits),
         tuple(issues),
         finish_text,

@@ -409,31 +409,42 @@ def select_within_limit(
     ``survivors`` come in order of appearance. An item without a numeric rank ranks
     after every item with one.
     """
-    limit = guardrails.max_items
-    if limit is None or len(survivors) <= limit:
+    kept_positions, dropped = rank_within_limit([r.data for r in survivors], guardrails)
+    if kept_positions is None:
         return survivors, []
+    return [survivors[p] for p in kept_positions], [(survivors[p], r) for p, r in dropped]
+
+
+def rank_within_limit(
+    values: Sequence[JSONValue], guardrails: Guardrails
+) -> tuple[list[int] | None, list[tuple[int, Rejection]]]:
+    """:func:`select_within_limit` over the survivors' values: the positions kept, in
+    order (None: all of them), and each dropped position with its rejection."""
+    limit = guardrails.max_items
+    if limit is None or len(values) <= limit:
+        return None, []
 
     rank_key = guardrails.rank_key
     ranks: list[JSONValue] = []  # each survivor's rank, _ABSENT where it has none
     if rank_key and "." not in rank_key:  # a survivor's data is an object (require_object)
-        ranks = [
-            r.data.get(rank_key, _ABSENT) if type(r.data) is dict else _ABSENT for r in survivors
-        ]
+        ranks = [v.get(rank_key, _ABSENT) if type(v) is dict else _ABSENT for v in values]
     elif rank_key:
-        for review in survivors:
-            found, value = lookup(review.data, rank_key)
-            ranks.append(value if found else _ABSENT)
+        for value in values:
+            found, rank = lookup(value, rank_key)
+            ranks.append(rank if found else _ABSENT)
+    else:
+        ranks = [_ABSENT] * len(values)
     if rank_key:
         # Compared as they are: Python orders int and float exactly, and float() of a
         # large integer raises. The sort is stable, so ties keep the order of appearance.
         order = [(0, rank) if type(rank) in _NUMBERS else _UNRANKED for rank in ranks]
-        kept_positions = set(sorted(range(len(survivors)), key=order.__getitem__)[:limit])
+        kept = sorted(sorted(range(len(values)), key=order.__getitem__)[:limit])
     else:
-        kept_positions = set(range(limit))
+        kept = list(range(limit))
     by = f"the {limit} with the smallest {rank_key}" if rank_key else f"the first {limit}"
     path = f"$.{rank_key}" if rank_key else "$"
     expected = f"at most {limit} items (kept {by})"
-    kept = [review for position, review in enumerate(survivors) if position in kept_positions]
+    kept_set = set(kept)
     # Built once per dropped item, which on a long report is half of them: no lookups.
     code, reason, make_signal, make_rejection = (
         SignalCode.OVER_LIMIT,
@@ -443,7 +454,7 @@ def select_within_limit(
     )
     dropped = [
         (
-            review,
+            position,
             make_rejection(
                 reason,
                 make_signal(
@@ -456,10 +467,8 @@ def select_within_limit(
                 _NO_REPAIR,
             ),
         )
-        for position, (review, rank) in enumerate(
-            zip(survivors, ranks if rank_key else [_ABSENT] * len(survivors), strict=True)
-        )
-        if position not in kept_positions
+        for position, rank in enumerate(ranks)
+        if position not in kept_set
     ]
     return kept, dropped
 
