@@ -21,6 +21,7 @@ from salvagelane.core.guardrails import (
     check_item_count,
     check_size,
     clear_the_chain,
+    new_context,
     rank_within_limit,
     review_item,
     select_within_limit,
@@ -133,7 +134,7 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
             if _scan_is_clean(raw, scanned)
             else (None, None, None)
         )
-    ctx = ChainContext(guardrails=limits, schema=policy.item_schema)
+    ctx = new_context(limits, policy.item_schema)
     candidates = scanned.candidates
     cleared = None if values is None else clear_the_chain(candidates, values, ctx)
     accepted: tuple[AcceptedItem, ...]

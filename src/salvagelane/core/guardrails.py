@@ -105,6 +105,8 @@ class ChainContext:
     schema: ItemSchema | None
 
 
+new_context = builder(ChainContext, "guardrails", "schema")
+
 Step = Callable[[Review, ChainContext], "Review | Rejection"]
 """One guardrail: pass the item on (maybe transformed) or reject it."""
 
@@ -368,27 +370,26 @@ def clear_the_chain(
                 )
                 for cleared, value in zip(verdicts, values, strict=True)
             ]
-    if schema is not None and not _all_valid(schema, values, verdicts):
-        is_valid = schema.fast.is_valid  # validate_schema's verdict, item by item
-        for position, cleared in enumerate(verdicts):
-            if cleared:
-                try:
-                    verdicts[position] = is_valid(values[position])
-                except ValueError:
-                    verdicts[position] = False
+    if schema is None:
+        return verdicts
+    batch = schema.batch  # validate_schema's verdict, for every cleared item in one call
+    if batch is not None:
+        pending = (
+            values if all(verdicts) else [v for v, ok in zip(values, verdicts, strict=True) if ok]
+        )
+        try:
+            if batch.is_valid(pending):
+                return verdicts
+        except ValueError:
+            pass  # a value jsonschema-rs cannot take: asked item by item
+    is_valid = schema.fast.is_valid  # item by item: which ones are not valid
+    for position, cleared in enumerate(verdicts):
+        if cleared:
+            try:
+                verdicts[position] = is_valid(values[position])
+            except ValueError:
+                verdicts[position] = False
     return verdicts
-
-
-def _all_valid(schema: ItemSchema, values: Sequence[JSONValue], verdicts: list[bool]) -> bool:
-    """Whether every item still cleared is valid, asked in one jsonschema-rs call; False
-    is no verdict (some item is not, or the call cannot tell)."""
-    if schema.batch is None:
-        return False
-    pending = values if all(verdicts) else [v for v, ok in zip(values, verdicts, strict=True) if ok]
-    try:
-        return bool(schema.batch.is_valid(pending))
-    except ValueError:
-        return False
 
 
 def review_item(review: Review, ctx: ChainContext) -> Review | Rejection:
