@@ -224,3 +224,34 @@ def test_item_run_stops_where_the_loop_must_decide(text: str, taken: int) -> Non
     assert len(spans) == 3 * taken
     compiled, reference = _both_scans(text, ())
     assert compiled == reference
+
+
+# A string's usual characters are skipped sixteen bytes at a time (SSE2, one- and
+# two-byte text): every character string_end stops at must stop it at any position in
+# such a block, and a text whose widest character is one, two or four bytes must read
+# the same. Each case puts one such character at each offset of a long string.
+_FILLERS = ["a", "\u00e9", "\u2014", "\U0001f600"]  # one-byte, one-byte, two-byte, four-byte
+_STOPS = ['"', "\\", "\\n", "\\u0041", "\\ud83d\\ude00", "\\u0000", "\n", "\x1f", "\ud83d"]
+
+
+@pytest.mark.parametrize("filler", _FILLERS)
+@pytest.mark.parametrize("stop", _STOPS)
+def test_every_stop_character_is_found_at_every_offset(filler: str, stop: str) -> None:
+    for offset in range(40):
+        body = filler * offset + stop + filler * (40 - offset)
+        for text in (f'{{"k": "{body}"}}', f'["{body}", "x"]', f'{{"k": ["{body}"]}}'):
+            flags = speedups.check_strict(text, 0, len(text))
+            expected = reference_strict(text)
+            if flags == speedups.STRICT_GRAMMAR:
+                assert expected, (filler, stop, offset, text)
+            if expected:
+                assert flags & speedups.STRICT_GRAMMAR, (filler, stop, offset, text)
+            if flags and stop in ("\\u0000", "\ud83d", "\\ud83d\\ude00"):
+                assert flags & speedups.NEEDS_CHECK, (filler, stop, offset, text)
+            with speedups.use_python():
+                reference_end = speedups.match_container(text, 0, len(text))
+            compiled_end = speedups.match_container(text, 0, len(text))
+            if reference_end is not None:  # the Python loops answer to depth three
+                assert compiled_end == reference_end, (filler, stop, offset, text)
+            compiled, reference = _both_scans(text, ("k",))
+            assert compiled == reference, (filler, stop, offset, text)

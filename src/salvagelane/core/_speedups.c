@@ -44,6 +44,9 @@
 #include <Python.h>
 #include <string.h>
 #include <structmember.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define STRICT_GRAMMAR 1
 #define DUPLICATE_KEY 2
@@ -157,6 +160,62 @@ bytes_free(ByteStack *s)
     }
 }
 
+/* Past the run of usual string characters from `i`: none of `"`, `\\`, a control
+   character or a surrogate, the characters string_end stops at. Sixteen bytes at a
+   time where SSE2 is there and the text has one or two bytes per character (model
+   output with a dash or a curly quote is two); otherwise `i` itself, and string_end
+   reads them one by one. */
+HOT Py_ssize_t
+usual_run_end(const Text *t, Py_ssize_t i, Py_ssize_t bound)
+{
+#if defined(__SSE2__)
+    if (t->kind == PyUnicode_1BYTE_KIND) {
+        const unsigned char *data = (const unsigned char *)t->data;
+        const __m128i quote = _mm_set1_epi8('"');
+        const __m128i backslash = _mm_set1_epi8('\\');
+        const __m128i control_max = _mm_set1_epi8(0x1F);
+        while (i + 16 <= bound) {
+            __m128i chunk = _mm_loadu_si128((const __m128i *)(data + i));
+            /* min(c, 0x1F) == c exactly when c <= 0x1F, compared unsigned */
+            __m128i stop = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(chunk, quote), _mm_cmpeq_epi8(chunk, backslash)),
+                _mm_cmpeq_epi8(_mm_min_epu8(chunk, control_max), chunk));
+            int mask = _mm_movemask_epi8(stop);
+            if (mask != 0) {
+                return i + __builtin_ctz((unsigned)mask);
+            }
+            i += 16;
+        }
+    }
+    else if (t->kind == PyUnicode_2BYTE_KIND) {
+        /* Eight characters at a time; SSE2 compares 16-bit lanes signed only, so each
+           unsigned range test is made on values with their top bit flipped. */
+        const Py_UCS2 *data = (const Py_UCS2 *)t->data;
+        const __m128i flip = _mm_set1_epi16((short)0x8000);
+        const __m128i quote = _mm_set1_epi16('"');
+        const __m128i backslash = _mm_set1_epi16('\\');
+        const __m128i below_space = _mm_set1_epi16((short)(0x20 ^ 0x8000));
+        const __m128i surrogate_base = _mm_set1_epi16((short)0xD800);
+        const __m128i below_surrogate_end = _mm_set1_epi16((short)(0x800 ^ 0x8000));
+        while (i + 8 <= bound) {
+            __m128i chunk = _mm_loadu_si128((const __m128i *)(data + i));
+            __m128i control = _mm_cmplt_epi16(_mm_xor_si128(chunk, flip), below_space);
+            __m128i surrogate = _mm_cmplt_epi16(
+                _mm_xor_si128(_mm_sub_epi16(chunk, surrogate_base), flip), below_surrogate_end);
+            __m128i stop = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi16(chunk, quote), _mm_cmpeq_epi16(chunk, backslash)),
+                _mm_or_si128(control, surrogate));
+            int mask = _mm_movemask_epi8(stop);
+            if (mask != 0) {
+                return i + __builtin_ctz((unsigned)mask) / 2;
+            }
+            i += 8;
+        }
+    }
+#endif
+    return i;
+}
+
 /* The end (past the closing quote) of the well-formed string opening at `quote`,
    or -1. `flags` (may be NULL) collects NEEDS_CHECK; `escaped` (may be NULL) is
    set when the string holds an escape. Never reads at or past `bound`. */
@@ -165,6 +224,10 @@ string_end(const Text *t, Py_ssize_t quote, Py_ssize_t bound, int *flags, int *e
 {
     Py_ssize_t i = quote + 1;
     while (i < bound) {
+        i = usual_run_end(t, i, bound);
+        if (i >= bound) {
+            break;
+        }
         Py_UCS4 c = at(t, i);
         if (c < 128 ? !STRING_STOP[c] : (c < 0xD800 || c > 0xDFFF)) {
             i++;  /* the usual character: nothing to check */
