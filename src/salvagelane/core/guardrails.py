@@ -453,8 +453,12 @@ def rank_within_limit(
     if rank_key:
         # Compared as they are: Python orders int and float exactly, and float() of a
         # large integer raises. The sort is stable, so ties keep the order of appearance.
-        order = [(0, rank) if type(rank) in _NUMBERS else _UNRANKED for rank in ranks]
-        kept = sorted(sorted(range(len(values)), key=order.__getitem__)[:limit])
+        if set(map(type, ranks)) <= _NUMBER_TYPES:  # every rank a number, as usual
+            by_rank = sorted(range(len(values)), key=ranks.__getitem__)
+        else:
+            order = [(0, rank) if type(rank) in _NUMBERS else _UNRANKED for rank in ranks]
+            by_rank = sorted(range(len(values)), key=order.__getitem__)
+        kept = sorted(by_rank[:limit])
     else:
         kept = list(range(limit))
     by = f"the {limit} with the smallest {rank_key}" if rank_key else f"the first {limit}"
@@ -490,6 +494,7 @@ def rank_within_limit(
 
 
 _NUMBERS = (int, float)  # a JSON number; bool, also an int, is not one
+_NUMBER_TYPES = frozenset(_NUMBERS)
 _UNRANKED = (1, 0)
 
 

@@ -40,15 +40,17 @@ def scan_strict(text: str, items_path: ItemsPath) -> ScanResult | None:
     # A member's key has no escape (the document would not be proven strict): the text
     # between its quotes is the key.
     envelope = tuple(
-        new_envelope_field(
-            (*items_path[: members[k]], text[members[k + 1] + 1 : members[k + 2] - 1]),
-            new_span(members[k + 3], members[k + 4]),
-            closed,
-            members[k + 5],
-            "",
-            "",
-        )
-        for k in range(0, len(members), 6)
+        [
+            new_envelope_field(
+                (*items_path[: members[k]], text[members[k + 1] + 1 : members[k + 2] - 1]),
+                new_span(members[k + 3], members[k + 4]),
+                closed,
+                members[k + 5],
+                "",
+                "",
+            )
+            for k in range(0, len(members), 6)
+        ]
     )
     return new_scan_result(
         items_path,
