@@ -69,6 +69,17 @@ def _review(value: Any, closure: Closure = Closure.CLOSED, depth: int | None = N
     return under_review(candidate, text, parsed.value)
 
 
+def _context(limits: Guardrails, allowed: dict[str, frozenset[str]], schema: Any) -> ChainContext:
+    """The drawn limits, with the drawn allow-lists and no item limit."""
+    kept = Guardrails(
+        max_depth=limits.max_depth,
+        max_string_length=limits.max_string_length,
+        allow_lists=allowed,
+        coerce=limits.coerce,
+    )
+    return ChainContext(guardrails=kept, schema=schema)
+
+
 def clears_the_chain(review: Review, ctx: ChainContext) -> bool:
     """The verdict on one item, asked as salvage asks it: in a list."""
     return clear_the_chain([review.candidate], [review.data], ctx)[0]
@@ -85,13 +96,7 @@ def clears_the_chain(review: Review, ctx: ChainContext) -> bool:
 def test_a_cleared_item_is_one_the_chain_passes_unchanged(
     item: Any, limits: Guardrails, allowed: dict[str, frozenset[str]], schema: Any, closure: Closure
 ) -> None:
-    limits = Guardrails(
-        max_depth=limits.max_depth,
-        max_string_length=limits.max_string_length,
-        allow_lists=allowed,
-        coerce=limits.coerce,
-    )
-    ctx = ChainContext(guardrails=limits, schema=schema)
+    ctx = _context(limits, allowed, schema)
     review = _review(item, closure)
     cleared = clears_the_chain(review, ctx)
     event(f"cleared: {cleared}")
@@ -168,13 +173,7 @@ def test_each_verdict_is_the_items_own(
     batch: list[Any], limits: Guardrails, allowed: dict[str, frozenset[str]], schema: Any
 ) -> None:
     # Asked for many items at once, each answer is the one asked for that item alone.
-    limits = Guardrails(
-        max_depth=limits.max_depth,
-        max_string_length=limits.max_string_length,
-        allow_lists=allowed,
-        coerce=limits.coerce,
-    )
-    ctx = ChainContext(guardrails=limits, schema=schema)
+    ctx = _context(limits, allowed, schema)
     reviews = [_review(item) for item in batch]
     together = clear_the_chain([r.candidate for r in reviews], [r.data for r in reviews], ctx)
     assert together == [clears_the_chain(r, ctx) for r in reviews]
