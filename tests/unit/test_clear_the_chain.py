@@ -27,6 +27,7 @@ from salvagelane.core.records import Span
 from salvagelane.core.scan_values import Candidate, Closure
 from salvagelane.core.schema import ItemSchema
 from salvagelane.core.strict import Parsed, parse_item
+from salvagelane.errors import ConfigurationError
 from tests.unit.test_properties import FAST, GENERIC_SCHEMA, ITEM_KEY, guardrails, values
 
 SCHEMAS = [
@@ -153,6 +154,13 @@ def test_what_clears_in_one_call(item: Any, limits: Guardrails, schema: Any, cle
     assert clears_the_chain(review, ctx) is clears
     if clears:
         assert review_item(review, ctx) is review
+
+
+def test_an_allow_list_holds_only_strings() -> None:
+    # Built in code, one could hold the number 1, which no item value matches as a
+    # string: the one-set test of a batch would take it as allowed. Refused at once.
+    with pytest.raises(ConfigurationError, match=r"allow-list 'candidate' holds 1; expected"):
+        Guardrails(allow_lists={"candidate": frozenset({"ok", 1})})  # type: ignore[arg-type]
 
 
 def test_only_a_closed_candidate_clears() -> None:

@@ -137,45 +137,10 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
     ctx = new_context(limits, policy.item_schema)
     candidates = scanned.candidates
     cleared = None if values is None else clear_the_chain(candidates, values, ctx)
-    accepted: tuple[AcceptedItem, ...]
-    rejected: list[tuple[Candidate, Rejection]] = []
     if values is not None and cleared is not None and all(cleared):
-        # Every item passes unchanged, as on most valid reports: no chain, no review.
-        kept_positions, dropped = rank_within_limit(values, limits)
-        accepted = tuple(
-            new_accepted(candidates[p].index, values[p], candidates[p].span, (), ())
-            for p in (range(len(candidates)) if kept_positions is None else kept_positions)
-        )
-        rejected = [(candidates[p], rejection) for p, rejection in dropped]
+        accepted, rejected = _keep_cleared(candidates, values, limits)
     else:
-        survivors: list[Review] = []
-        for position, candidate in enumerate(candidates):
-            span = candidate.span
-            text = raw[span.start : span.end]
-            if values is None or cleared is None:
-                review = under_review(candidate, text)
-            else:
-                review = under_review(candidate, text, values[position])
-                if cleared[position]:
-                    survivors.append(review)
-                    continue
-            outcome = review_item(review, ctx)
-            if isinstance(outcome, Rejection):
-                rejected.append((candidate, outcome))
-            else:
-                survivors.append(outcome)
-        kept, over_limit = select_within_limit(survivors, limits)
-        # Both lists come in the candidates' order: only a mix of the two needs a sort.
-        over = [(review.candidate, rejection) for review, rejection in over_limit]
-        if rejected and over:
-            rejected.extend(over)
-            rejected.sort(key=lambda pair: pair[0].index)
-        elif over:
-            rejected = over
-        accepted = tuple(
-            new_accepted(r.candidate.index, r.data, r.candidate.span, r.coercions, r.repairs)
-            for r in kept
-        )
+        accepted, rejected = _judge_each(raw, candidates, values, cleared, ctx)
 
     envelope, issues = _assemble_envelope(raw, scanned.envelope, ctx, document)
     return new_result(
@@ -189,6 +154,60 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
         finish_text,
         _notes(scanned),
     )
+
+
+def _keep_cleared(
+    candidates: Sequence[Candidate], values: Sequence[JSONValue], limits: Guardrails
+) -> tuple[tuple[AcceptedItem, ...], list[tuple[Candidate, Rejection]]]:
+    """Every item passes unchanged, as on most valid reports: ranked for ``max_items``
+    from its value, with no chain and no review."""
+    kept_positions, dropped = rank_within_limit(values, limits)
+    accepted = tuple(
+        new_accepted(candidates[p].index, values[p], candidates[p].span, (), ())
+        for p in (range(len(candidates)) if kept_positions is None else kept_positions)
+    )
+    return accepted, [(candidates[p], rejection) for p, rejection in dropped]
+
+
+def _judge_each(
+    raw: str,
+    candidates: Sequence[Candidate],
+    values: Sequence[JSONValue] | None,
+    cleared: list[bool] | None,
+    ctx: ChainContext,
+) -> tuple[tuple[AcceptedItem, ...], list[tuple[Candidate, Rejection]]]:
+    """The chain over each candidate not cleared (all of them without ``values``), then
+    ``max_items`` over the survivors; the rejected in the candidates' order."""
+    survivors: list[Review] = []
+    rejected: list[tuple[Candidate, Rejection]] = []
+    for position, candidate in enumerate(candidates):
+        span = candidate.span
+        text = raw[span.start : span.end]
+        if values is None or cleared is None:
+            review = under_review(candidate, text)
+        else:
+            review = under_review(candidate, text, values[position])
+            if cleared[position]:
+                survivors.append(review)
+                continue
+        outcome = review_item(review, ctx)
+        if isinstance(outcome, Rejection):
+            rejected.append((candidate, outcome))
+        else:
+            survivors.append(outcome)
+    kept, over_limit = select_within_limit(survivors, ctx.guardrails)
+    # Both lists come in the candidates' order: only a mix of the two needs a sort.
+    over = [(review.candidate, rejection) for review, rejection in over_limit]
+    if rejected and over:
+        rejected.extend(over)
+        rejected.sort(key=lambda pair: pair[0].index)
+    elif over:
+        rejected = over
+    accepted = tuple(
+        new_accepted(r.candidate.index, r.data, r.candidate.span, r.coercions, r.repairs)
+        for r in kept
+    )
+    return accepted, rejected
 
 
 def check_item(

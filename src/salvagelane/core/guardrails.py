@@ -67,9 +67,15 @@ class Guardrails:
                 raise ConfigurationError(f"guardrails: {name} must be at least 1")
         if self.max_items is not None and self.max_items < 0:
             raise ConfigurationError("guardrails: max_items must be 0 or more")
-        for name in self.allow_lists:
+        for name, allowed in self.allow_lists.items():
             if not name or any(not part for part in name.split(".")):
                 raise ConfigurationError(f"guardrails: allow-list field {name!r} is not a path")
+            odd = next((value for value in allowed if type(value) is not str), None)
+            if odd is not None:
+                raise ConfigurationError(
+                    f"guardrails: allow-list {name!r} holds {describe(odd)}; "
+                    "expected only strings (an item's value is allowed only as a string)"
+                )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -403,8 +409,7 @@ def _all_allowed(values: Sequence[JSONValue], field_path: str, allowed: frozense
     except TypeError:  # a list (or an object) is unhashable: asked value by value
         return False
     seen.discard(_ABSENT)
-    # Every allowed value is a string, so only strings that are allowed pass.
-    return seen <= allowed
+    return seen <= allowed  # every allowed value is a string (Guardrails checks)
 
 
 def review_item(review: Review, ctx: ChainContext) -> Review | Rejection:
