@@ -354,31 +354,11 @@ def clear_the_chain(
         for candidate, value in zip(candidates, values, strict=True)
     ]
     allow_lists = limits.allow_lists
-    if any("." in field_path for field_path in allow_lists):  # check_allow_lists
+    if allow_lists and not _all_allowed(values, verdicts, allow_lists):  # check_allow_lists
         verdicts = [
             cleared and first_not_allowed(value, allow_lists) is None
             for cleared, value in zip(verdicts, values, strict=True)
         ]
-    else:
-        # first_not_allowed's test, for fields of the item itself (a cleared value is a
-        # dict), written out: a call per item and field costs as much as the test.
-        every_object = all(verdicts)
-        for field_path, allowed in allow_lists.items():
-            if every_object and _all_allowed(values, field_path, allowed):
-                continue
-            verdicts = [
-                cleared
-                and (
-                    (found := value.get(field_path, _ABSENT)) is _ABSENT
-                    or (
-                        found in allowed
-                        if type(found) is str
-                        else type(found) is list
-                        and all(type(e) is str and e in allowed for e in found)
-                    )
-                )
-                for cleared, value in zip(verdicts, values, strict=True)
-            ]
     if schema is None:
         return verdicts
     batch = schema.batch  # validate_schema's verdict, for every cleared item in one call
@@ -401,15 +381,23 @@ def clear_the_chain(
     return verdicts
 
 
-def _all_allowed(values: Sequence[JSONValue], field_path: str, allowed: frozenset[str]) -> bool:
-    """Whether the field is absent or an allowed string in every value (each a dict),
-    asked with one set: False is no verdict (a value that is not, or a list)."""
-    try:
-        seen = {value.get(field_path, _ABSENT) for value in values}
-    except TypeError:  # a list (or an object) is unhashable: asked value by value
+def _all_allowed(
+    values: Sequence[JSONValue], verdicts: list[bool], allow_lists: Mapping[str, frozenset[str]]
+) -> bool:
+    """Whether every value, each an object, holds only allowed values in its allow-listed
+    fields, asked with one set per field; False is no verdict, and each value is then
+    asked alone (first_not_allowed)."""
+    if not all(verdicts) or any("." in field_path for field_path in allow_lists):
         return False
-    seen.discard(_ABSENT)
-    return seen <= allowed  # every allowed value is a string (Guardrails checks)
+    for field_path, allowed in allow_lists.items():
+        try:
+            seen = {value.get(field_path, _ABSENT) for value in values}
+        except TypeError:  # a list (or an object) is unhashable
+            return False
+        seen.discard(_ABSENT)
+        if not seen <= allowed:  # every allowed value is a string (Guardrails checks)
+            return False
+    return True
 
 
 def review_item(review: Review, ctx: ChainContext) -> Review | Rejection:
