@@ -298,13 +298,13 @@ def _oversize(raw: str, size: int, limits: Guardrails, finish: str | None) -> Sa
 def _quarantined(
     raw: str, rejected: list[tuple[Candidate, Rejection]], limits: Guardrails
 ) -> tuple[QuarantinedItem, ...]:
-    """The records of the rejected candidates, as :func:`_quarantine` makes each one."""
+    """A record per rejected candidate: its reason, signal and repair, with the
+    provenance an operator reviews it by (span, snippet, hash of its text)."""
     snippet_chars = limits.snippet_chars
     records = []
     for candidate, rejection in rejected:
         span = candidate.span
         text = raw[span.start : span.end]
-        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         records.append(
             new_quarantined(
                 candidate.index,
@@ -312,7 +312,7 @@ def _quarantined(
                 rejection.signal,
                 span,
                 text[:snippet_chars],
-                digest,
+                sha256_of(text),
                 rejection.repaired,
             )
         )
