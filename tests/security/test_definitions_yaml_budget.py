@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 
 from salvagelane.definitions import load_instruction, resolve_context
-from salvagelane.definitions.yaml_source import MAX_EXPANDED_BYTES, MAX_NESTING
+from salvagelane.definitions.yaml_source import (
+    MAX_EXPANDED_BYTES,
+    MAX_NESTING,
+    YamlProblem,
+    parse_yaml,
+)
 from salvagelane.errors import DefinitionError
 from tests.support.definitions import DEFINITION, add_context, copy_project, run_measured
 
@@ -108,9 +113,68 @@ def test_deep_nesting_is_refused_without_crashing_the_parser(tmp_path: Path) -> 
     project = copy_project(tmp_path)
     depth = 200_000  # libyaml's composer recurses in C: this deep, it would overflow
     add_context(project / DEFINITION, f"  deep:\n    value: {'[' * depth}{']' * depth}\n")
+    line = (project / DEFINITION).read_text(encoding="utf-8").splitlines().index(
+        f"    value: {'[' * depth}{']' * depth}"
+    ) + 1
     proc = run_measured("check", "instructions", cwd=project)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("error  instructions/daily-triage.yaml: context.deep.value"), (
-        proc.stdout
+    assert proc.stderr == ""
+    # One line naming the file, the field and the line, whichever layer noticed first
+    # (PyYAML 6.0.4's libyaml stops at 1,000 flow levels; 6.0.3's does not).
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, proc.stdout
+    assert lines[0].startswith("error  instructions/daily-triage.yaml: context.deep.value[0]"), (
+        lines[0]
     )
-    assert f"expected at most {MAX_NESTING} levels of nesting" in proc.stdout
+    assert f"expected at most {MAX_NESTING} levels of nesting" in lines[0]
+    assert lines[0].endswith(f"(line {line})"), lines[0]
+
+
+def _flow(depth: int) -> str:
+    return f"a:\n  b: {'[' * depth}{']' * depth}\n"
+
+
+def _block(depth: int) -> str:
+    return "".join(f"{'  ' * level}k{level}:\n" for level in range(depth)) + f"{'  ' * depth}v\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "path"),
+    [
+        # Just past the budget: salvagelane's own event count notices it.
+        (_flow(MAX_NESTING + 1), 2, ("a", "b", 0, 0, 0, 0)),
+        # libyaml's scanner (PyYAML 6.0.4) refuses 1,000 flow levels before any event.
+        (_flow(999), 2, ("a", "b", 0, 0, 0, 0)),
+        (_flow(1_000), 2, ("a", "b", 0, 0, 0, 0)),
+        (_flow(200_000), 2, ("a", "b", 0, 0, 0, 0)),
+        # Block mappings nest by indentation, one level per line.
+        (_block(MAX_NESTING + 5), MAX_NESTING + 1, ("k0", "k1", "k2", "k3", "k4", "k5")),
+        (_block(1_500), MAX_NESTING + 1, ("k0", "k1", "k2", "k3", "k4", "k5")),
+    ],
+    ids=["flow-129", "flow-999", "flow-1000", "flow-200000", "block-133", "block-1500"],
+)
+def test_nesting_past_the_budget_names_the_path_and_line(
+    text: str, line: int, path: tuple[object, ...]
+) -> None:
+    with pytest.raises(YamlProblem) as caught:
+        parse_yaml(text)
+    assert caught.value.message == f"expected at most {MAX_NESTING} levels of nesting, got more"
+    assert caught.value.line == line
+    assert caught.value.path == path
+
+
+def test_nesting_at_the_budget_loads() -> None:
+    value, _ = parse_yaml(f"a: {'[' * (MAX_NESTING - 1)}{']' * (MAX_NESTING - 1)}\n")
+    depth, node = 0, value
+    while isinstance(node, dict | list):
+        depth += 1
+        node = next(iter(node.values())) if isinstance(node, dict) else (node or [None])[0]
+    assert depth == MAX_NESTING
+
+
+def test_a_syntax_error_in_a_document_within_the_budget_keeps_the_parser_s_error() -> None:
+    with pytest.raises(YamlProblem) as caught:
+        parse_yaml("a: [1, 2\nb: 3\n")
+    assert caught.value.message.startswith("expected valid YAML, got a syntax error: ")
+    assert caught.value.line is not None
+    assert caught.value.path is None

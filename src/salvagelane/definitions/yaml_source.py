@@ -153,7 +153,20 @@ def _measure(text: str, max_bytes: int) -> None:
     """Refuse (YamlProblem) a document too deep, too many values or too many bytes once
     aliases are expanded; computed from the parser's events, each anchored node measured
     once, so a bomb costs what its file costs."""
-    parser = _CoreSchemaLoader(text)
+    try:
+        _measure_events(_CoreSchemaLoader(text), max_bytes)
+    except yaml.YAMLError:
+        if _BaseLoader is yaml.SafeLoader:
+            raise
+        # libyaml refuses some documents before their events reach the budget: since
+        # PyYAML 6.0.4 its scanner stops at 1,000 levels of flow nesting, a whole line
+        # ahead of the parser. PyYAML's own parser streams any depth, so the budget
+        # names what is wrong and where; a document within it keeps libyaml's error.
+        _measure_events(yaml.SafeLoader(text), max_bytes)
+        raise
+
+
+def _measure_events(parser: Any, max_bytes: int) -> None:
     try:
         stack: list[_Open] = []
         anchored: dict[str, tuple[int, int]] = {}  # anchor: (bytes, values) of what it names
