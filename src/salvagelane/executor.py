@@ -37,6 +37,7 @@ from salvagelane.core.attempts import (
     wants_retry,
 )
 from salvagelane.core.finish import FinishReason
+from salvagelane.core.schema_hint import hint_record
 from salvagelane.definitions import (
     DefinitionSnapshot,
     Instruction,
@@ -429,6 +430,8 @@ class Executor:
             left = time_left()
             return left is not None and left <= 0
 
+        # The structured-output hint, references bundled and items capped, once a run.
+        hint_schema = instruction.response_schema() if spec.structured_output else None
         for number in range(1, retry.attempts + 1):
             self._check_point()
             if past_deadline():
@@ -441,7 +444,7 @@ class Executor:
                 user=_with_correction(prompt, correction),
                 max_output_tokens=budget,
                 temperature=spec.temperature,
-                response_schema=instruction.output.envelope_schema.schema,
+                response_schema=hint_schema,
                 # The call, with its own retries, ends when the run's deadline does.
                 time_limit_seconds=time_left(),
                 # How much of the answer is worth reading (the connector's body cap).
@@ -501,7 +504,9 @@ class Executor:
                     "status": str(result.status),
                     "document_valid": result.document_valid,
                     "truncated": result.truncated,
+                    "framing": result.framing,
                     "counts": result.counts(),
+                    "envelope_issues": [issue.to_json() for issue in result.envelope_issues],
                     "retry_trigger": None if trigger is None else str(trigger),
                 },
             )
@@ -837,6 +842,7 @@ def _request_summary(instruction: Instruction, request: CompletionRequest) -> di
         "max_output_tokens": request.max_output_tokens,
         "temperature": request.temperature,
         "structured_output": spec.structured_output,
+        "schema_hint": hint_record(str(spec.kind), request.response_schema),
         "stream": spec.stream,
         "prompt_sha256": hashlib.sha256(prompt.encode("utf-8", "surrogateescape")).hexdigest(),
         "system": request.system,

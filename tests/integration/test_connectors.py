@@ -36,6 +36,7 @@ from tests.support.provider import (  # the fixtures are used by name
     connector_options,
     server,
 )
+from tests.support.provider_schemas import CLOSED_SCHEMA, assert_fits_openai
 
 __all__ = ["client", "clock", "server"]
 
@@ -120,7 +121,28 @@ def test_structured_output_and_max_tokens_field(server: ScriptedServer, connect:
     assert sent.body["max_completion_tokens"] == 256
     assert "max_tokens" not in sent.body
     assert sent.body["response_format"]["type"] == "json_schema"
-    assert sent.body["response_format"]["json_schema"]["schema"] == REQUEST.response_schema
+    # REQUEST's schema leaves an object open: outside OpenAI's strict subset, so advisory.
+    assert sent.body["response_format"]["json_schema"] == {
+        "name": "report",
+        "strict": False,
+        "schema": REQUEST.response_schema,
+    }
+    assert_fits_openai(sent.body["response_format"]["json_schema"])
+
+
+def test_a_closed_schema_is_sent_strict_without_the_keywords_openai_lacks(
+    server: ScriptedServer, connect: Any
+) -> None:
+    server.script.append(Scripted(body=chat()))
+    connect(structured_output=True).complete(
+        dataclasses.replace(REQUEST, response_schema=CLOSED_SCHEMA)
+    )
+
+    [sent] = server.requests
+    hint = sent.body["response_format"]["json_schema"]
+    assert hint["strict"] is True
+    assert hint["schema"]["properties"]["summary"] == {"type": "string"}  # no maxLength
+    assert_fits_openai(hint)
 
 
 def test_length_finish(server: ScriptedServer, connect: Any) -> None:

@@ -6,6 +6,7 @@ clock and sleep; only the timeout test waits for real (one 0.1 s read timeout).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from tests.support.provider import (  # the fixtures are used by name
     provider_json,
     server,
 )
+from tests.support.provider_schemas import CLOSED_SCHEMA, assert_fits_anthropic
 
 __all__ = ["client", "clock", "server"]
 
@@ -92,9 +94,23 @@ def test_structured_output_and_version(server: ScriptedServer, connect: Any) -> 
 
     [sent] = server.requests
     assert sent.headers["anthropic-version"] == "2024-01-01"
-    assert sent.body["output_config"] == {
-        "format": {"type": "json_schema", "schema": REQUEST.response_schema}
-    }
+    # REQUEST's schema leaves an object open, which Anthropic refuses: no hint is sent.
+    assert "output_config" not in sent.body
+
+
+def test_a_closed_schema_is_sent_without_the_keywords_anthropic_lacks(
+    server: ScriptedServer, connect: Any
+) -> None:
+    server.script.append(Scripted(body=message()))
+    connect(structured_output=True).complete(
+        dataclasses.replace(REQUEST, response_schema=CLOSED_SCHEMA)
+    )
+
+    [sent] = server.requests
+    hint = sent.body["output_config"]["format"]
+    assert hint["type"] == "json_schema"
+    assert hint["schema"]["properties"]["summary"] == {"type": "string"}  # no maxLength
+    assert_fits_anthropic(hint["schema"])
 
 
 def test_non_text_blocks_are_left_out(server: ScriptedServer, connect: Any) -> None:

@@ -108,7 +108,7 @@ CASES: list[tuple[Any, tuple[Any, ...], Any]] = [
     ),
     (
         new_result,
-        (True, False, True, {"summary": "s"}, (), (), (), "stop", ("a note",)),
+        (True, False, True, {"summary": "s"}, (), (), (), "stop", ("a note",), "lines"),
         SalvageResult(
             document_valid=True,
             truncated=False,
@@ -118,6 +118,7 @@ CASES: list[tuple[Any, tuple[Any, ...], Any]] = [
             quarantined=(),
             finish_reason="stop",
             notes=("a note",),
+            framing="lines",
         ),
     ),
 ]

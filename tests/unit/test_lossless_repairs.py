@@ -80,8 +80,6 @@ REFUSED = [
     pytest.param('{"a":[,1]}', id="leading-comma"),
     pytest.param('{"a":1 "b":2,}', id="missing-comma-between-members"),
     pytest.param('{"a":[1 2,]}', id="missing-comma-between-elements"),
-    pytest.param("{'a':1,}", id="single-quotes"),
-    pytest.param("{\"a\":'x',}", id="single-quoted-value"),
     pytest.param('{"a",}', id="key-without-value"),
     pytest.param('{"a":,}', id="colon-without-value"),
     pytest.param('{"a" 1,}', id="missing-colon"),
@@ -99,10 +97,27 @@ REFUSED = [
 ]
 
 
+# Defects of other kinds, each with one reading (tests/unit/test_lossless_kinds.py): no
+# trailing comma to find, but repaired with them.
+OTHER_KINDS = [
+    pytest.param("{'a':1,}", id="single-quotes"),
+    pytest.param("{\"a\":'x',}", id="single-quoted-value"),
+    pytest.param('{"a":"x\ty",}', id="raw-tab-in-string"),
+]
+
+
 @pytest.mark.parametrize("text", REFUSED)
 def test_any_other_defect_means_no_lossless_repair(text: str) -> None:
     assert find_trailing_commas(text) is None
     assert repair_losslessly(text) is None
+
+
+@pytest.mark.parametrize("text", OTHER_KINDS)
+def test_defects_of_other_lossless_kinds_are_no_trailing_commas(text: str) -> None:
+    assert find_trailing_commas(text) is None
+    fixed = repair_losslessly(text)
+    assert fixed is not None
+    assert [r.kind for r in fixed.repairs][-1] is TRAILING
 
 
 def test_a_repair_removes_exactly_the_commas_and_counts_offsets_in_the_raw_output() -> None:
@@ -203,7 +218,7 @@ def test_a_repaired_item_still_faces_the_allow_list_and_the_item_limit() -> None
 STILL_QUARANTINED = [
     pytest.param('[{"a":1,"a":2,}]', Reason.MALFORMED, id="duplicate-keys"),
     pytest.param('[{"a":{"b":1,"b":2,},}]', Reason.MALFORMED, id="nested-duplicate-keys"),
-    pytest.param("[{'a':1,}]", Reason.MALFORMED, id="single-quotes"),
+    pytest.param("[{'a':'it's'}]", Reason.MALFORMED, id="quote-inside-single-quotes"),
     pytest.param('[{"a":1 "b":2,}]', Reason.MALFORMED, id="missing-comma-between-members"),
     pytest.param('[{"a":1,,}]', Reason.MALFORMED, id="double-comma"),
     pytest.param('[{"a":[,]}]', Reason.MALFORMED, id="comma-alone-in-array"),

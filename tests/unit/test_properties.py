@@ -30,6 +30,7 @@ from salvagelane.core import (
     salvage,
     scan,
 )
+from salvagelane.core.framing import scan_framed
 from salvagelane.core.strict import is_strict_document, validate_iteratively
 
 JSON = Any
@@ -91,9 +92,12 @@ def reference_strict(text: str) -> bool:
     return True
 
 
-def assert_accounting(result: SalvageResult, raw: str, items_path: tuple[str, ...]) -> None:
-    """Every scanned candidate is accepted or quarantined, exactly once, in order."""
-    candidates = scan(raw, items_path).candidates
+def assert_accounting(result: SalvageResult, raw: str, policy: SalvagePolicy) -> None:
+    """Every scanned candidate (in the framing the salvage found) is accepted or
+    quarantined, exactly once, in order."""
+    candidates = scan_framed(
+        raw, policy.items_path, framing=policy.framing, keys=policy.keys
+    ).scan.candidates
     accepted = [item.index for item in result.items]
     quarantined = [q.index for q in result.quarantined if q.index is not None]
     assert accepted == sorted(accepted)
@@ -364,8 +368,9 @@ edits = st.lists(
 def test_salvage_never_raises_on_arbitrary_text(
     raw: str, items_path: tuple[str, ...], finish: str | None
 ) -> None:
-    result = salvage(raw, SalvagePolicy(items_path=items_path), finish_reason=finish)
-    assert_accounting(result, raw, items_path)
+    policy = SalvagePolicy(items_path=items_path)
+    result = salvage(raw, policy, finish_reason=finish)
+    assert_accounting(result, raw, policy)
     assert_accepted_are_own_text(result, raw)
     json.dumps(result.to_json(), allow_nan=False)  # the CLI's serialisation cannot fail
     assert result.status in set(Status)
@@ -380,7 +385,7 @@ def test_salvage_never_raises_under_any_guardrails(
         items_path=items_path, item_schema=GENERIC_SCHEMA if schema else None, guardrails=limits
     )
     result = salvage(raw, policy)
-    assert_accounting(result, raw, items_path)
+    assert_accounting(result, raw, policy)
     if limits.max_items is not None:
         assert len(result.items) <= limits.max_items
     json.dumps(result.to_json(), allow_nan=False)
@@ -393,8 +398,9 @@ def test_salvage_never_raises_on_mutated_reports(
 ) -> None:
     raw = _mutate(report.text, mutations)
     for path in (report.items_path, items_path):
-        result = salvage(raw, SalvagePolicy(items_path=path, item_schema=GENERIC_SCHEMA))
-        assert_accounting(result, raw, path)
+        policy = SalvagePolicy(items_path=path, item_schema=GENERIC_SCHEMA)
+        result = salvage(raw, policy)
+        assert_accounting(result, raw, policy)
         assert_accepted_are_own_text(result, raw)
         for item in result.items:
             assert GENERIC_SCHEMA.check(item.data) is None
@@ -407,14 +413,15 @@ def test_salvage_never_raises_on_mutated_reports(
 
 def _check_cut(report: Report, cut: int, schema: ItemSchema) -> SalvageResult:
     raw = report.text[:cut]
-    result = salvage(raw, report.policy(schema))
+    policy = report.policy(schema)
+    result = salvage(raw, policy)
     complete = [j for j, span in enumerate(report.spans) if span.end <= cut]
     assert [item.data for item in result.items] == [report.items[j] for j in complete], cut
     assert [item.span for item in result.items] == [report.spans[j] for j in complete], cut
     for item in result.items:
         assert schema.check(item.data) is None
     assert_accepted_are_own_text(result, raw)
-    assert_accounting(result, raw, report.items_path)
+    assert_accounting(result, raw, policy)
     if cut == len(report.text):
         assert result.status is Status.OK
         assert not result.quarantined
@@ -567,7 +574,8 @@ def _check_corruption_is_local(report: Report, k: int, corruption: Corruption) -
     span_k = report.spans[k]
     raw, delta = corruption.apply(report.text, span_k)
     damaged = Span(start=span_k.start, end=span_k.end + delta)
-    result = salvage(raw, report.policy())
+    policy = report.policy()
+    result = salvage(raw, policy)
 
     def shifted(span: Span) -> Span:
         if span.start < span_k.start:
@@ -586,7 +594,7 @@ def _check_corruption_is_local(report: Report, k: int, corruption: Corruption) -
         if accepted.span.end <= damaged.start or accepted.span.start >= damaged.end:
             assert accepted.data in report.items  # outside the damage: an original item
     assert_accepted_are_own_text(result, raw)
-    assert_accounting(result, raw, report.items_path)
+    assert_accounting(result, raw, policy)
 
 
 _WELL_FORMED_STRING = re.compile(r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"')

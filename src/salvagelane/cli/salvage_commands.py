@@ -20,7 +20,7 @@ from salvagelane.safe_text import line, one_line
 
 if TYPE_CHECKING:  # imported when a command runs: `--help` must not pay for jsonschema, Jinja2
     from salvagelane.core import SalvagePolicy, SalvageResult
-    from salvagelane.definitions import ContextSource
+    from salvagelane.definitions import ContextSource, Instruction
 
 
 def _parse_allow(values: tuple[str, ...]) -> dict[str, frozenset[str]]:
@@ -106,8 +106,9 @@ def _items_path(dotted: str) -> tuple[str, ...]:
     type=click.Choice(["none", "lossless"]),
     default="none",
     show_default=True,
-    help="lossless: accept an item whose only defects are trailing commas before } or ], "
-    "with each repair recorded on the item; anything else is still quarantined.",
+    help="lossless: accept an item whose only defects have one reading (trailing commas, "
+    "comments, single quotes, True/False/None, raw tabs in strings, bare keys), each "
+    "repair recorded on the item; anything else is still quarantined.",
 )
 @click.option(
     "--schema-ref",
@@ -115,6 +116,21 @@ def _items_path(dotted: str) -> tuple[str, ...]:
     multiple=True,
     type=click.Path(dir_okay=False, path_type=Path),
     help="A schema the item schema may $ref by its $id. Repeatable.",
+)
+@click.option(
+    "--envelope-schema",
+    "envelope_schema_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="JSON Schema of the whole report: the envelope is checked against it, the "
+    "items property excluded, and it tells the envelope from an item in other framings.",
+)
+@click.option(
+    "--framing",
+    type=click.Choice(["auto", "document", "lines"]),
+    default="auto",
+    show_default=True,
+    help="document: one report object; lines: top-level values (JSON Lines, objects back "
+    "to back, a fenced block per item); auto: the document, else top-level values.",
 )
 @click.option(
     "--batch",
@@ -142,6 +158,8 @@ def salvage_command(
     coerce: bool,
     repair: str,
     schema_refs: tuple[Path, ...],
+    envelope_schema_path: Path | None,
+    framing: str,
     batch: bool,
     summary: bool,
 ) -> None:
@@ -155,9 +173,18 @@ def salvage_command(
 
     if batch and file is not None:
         raise ConfigurationError("--batch reads stdin: do not give FILE as well")
+    item_schema = load_item_schema(schema_path, resources=schema_refs)
     policy = SalvagePolicy(
         items_path=_items_path(items),
-        item_schema=load_item_schema(schema_path, resources=schema_refs),
+        item_schema=item_schema,
+        # The envelope may $ref the item schema by its $id, as a definition's does.
+        envelope_schema=None
+        if envelope_schema_path is None
+        else load_item_schema(
+            envelope_schema_path,
+            resources=(*schema_refs, *((schema_path,) if "$id" in item_schema.schema else ())),
+        ),
+        framing=framing,
         guardrails=Guardrails(
             max_bytes=max_bytes,
             max_depth=max_depth,
@@ -229,6 +256,8 @@ def check_command(directory: Path, resolve: bool) -> None:
             click.echo("error  " + one_line(str(exc)))
             continue
         click.echo(f"ok  {line(checked.instruction.id)}  ({line(str(path))})")
+        for note in _hint_notes(checked.instruction):
+            click.echo(f"  {line(note)}")
         if checked.not_run:
             names = _callables(checked.not_run)
             them = "them" if len(checked.not_run) > 1 else "it"
@@ -246,6 +275,25 @@ def check_command(directory: Path, resolve: bool) -> None:
             click.echo(f"  ran: {line(_callables(checked.ran))}")
     if invalid:
         raise click.exceptions.Exit(EXIT_INVALID)
+
+
+def _hint_notes(instruction: Instruction) -> list[str]:
+    """What the structured-output hint will be: strict or why not, what it leaves out."""
+    from salvagelane.core.schema_hint import describe_hint, provider_hint
+
+    spec = instruction.connector
+    if not spec.structured_output:
+        return []
+    hint = provider_hint(str(spec.kind), instruction.response_schema())
+    if hint is None:
+        if str(spec.kind) == "anthropic":
+            return [
+                "anthropic hint not sent: the schema has an object without "
+                "additionalProperties: false, which Anthropic refuses"
+            ]
+        return [f"structured_output: {spec.kind} connectors send no hint"]
+    state = "strict (the provider enforces it)" if hint.strict else "advisory"
+    return [f"{hint.provider} hint: {state}", *describe_hint(hint)]
 
 
 def _callables(sources: Sequence[ContextSource]) -> str:
@@ -351,6 +399,8 @@ def render_summary(result: SalvageResult) -> str:
         "output truncated" if result.truncated else "output complete",
         f"finish reason: {line(result.finish_reason or 'not given')}",
     ]
+    if result.framing != "document":
+        flags.insert(0, f"items framed as {line(result.framing)}")
     envelope = ", ".join(line(key) for key in result.envelope)
     repaired = [item for item in result.items if item.repairs]
     lines = [

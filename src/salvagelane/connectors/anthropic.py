@@ -40,6 +40,7 @@ from salvagelane._http import (
 from salvagelane.connectors.base import Completion, CompletionRequest
 from salvagelane.connectors.http import ConnectorSettings, HttpConnector
 from salvagelane.core.finish import FinishReason, canonical_finish_reason
+from salvagelane.core.schema_hint import anthropic_hint
 from salvagelane.errors import ProviderError
 
 DEFAULT_BASE_URL = "https://api.anthropic.com/v1"
@@ -79,10 +80,14 @@ class AnthropicConnector(HttpConnector[AnthropicSettings]):
             "max_tokens": request.max_output_tokens,
             "temperature": request.temperature,
         }
-        if self.structured_output and request.response_schema is not None:
-            body["output_config"] = {
-                "format": {"type": "json_schema", "schema": dict(request.response_schema)}
-            }
+        hint = (
+            anthropic_hint(request.response_schema)
+            if self.structured_output and request.response_schema is not None
+            else None
+        )
+        # None also when the schema has an open object, which Anthropic would refuse.
+        if hint is not None:
+            body["output_config"] = {"format": {"type": "json_schema", "schema": hint.schema}}
         if self.stream:
             body["stream"] = True
         return body

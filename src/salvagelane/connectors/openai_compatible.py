@@ -34,6 +34,7 @@ from salvagelane._http import (
 from salvagelane.connectors.base import Completion, CompletionRequest
 from salvagelane.connectors.http import ConnectorSettings, HttpConnector
 from salvagelane.core.finish import FinishReason, canonical_finish_reason
+from salvagelane.core.schema_hint import openai_hint
 from salvagelane.errors import ProviderError
 
 
@@ -66,9 +67,11 @@ class OpenAICompatibleConnector(HttpConnector[OpenAICompatibleSettings]):
             "temperature": request.temperature,
         }
         if self.structured_output and request.response_schema is not None:
+            # Strict only where the schema fits OpenAI's subset (core/schema_hint.py).
+            hint = openai_hint(request.response_schema)
             body["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {"name": "report", "schema": dict(request.response_schema)},
+                "json_schema": {"name": "report", "strict": hint.strict, "schema": hint.schema},
             }
         if self.stream:
             body["stream"] = True

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what mypy and editors see; at run time __getattr__ imports on demand
     from salvagelane.core.assembly import SalvagePolicy, check_item, salvage
     from salvagelane.core.finish import FinishReason, canonical_finish_reason
+    from salvagelane.core.framing import Framing
     from salvagelane.core.guardrails import Guardrails
     from salvagelane.core.lossless import AcceptRepairs
     from salvagelane.core.records import (
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # what mypy and editors see; at run time __getattr__ imports 
 _EXPORTS: dict[str, str] = {
     "FinishReason": "salvagelane.core.finish",
     "canonical_finish_reason": "salvagelane.core.finish",
+    "Framing": "salvagelane.core.framing",
     "Guardrails": "salvagelane.core.guardrails",
     "AcceptRepairs": "salvagelane.core.lossless",
     "AcceptedItem": "salvagelane.core.records",
@@ -65,6 +67,7 @@ __all__ = [
     "CorrectionSignal",
     "EnvelopeIssue",
     "FinishReason",
+    "Framing",
     "Guardrails",
     "ItemSchema",
     "ItemsPath",

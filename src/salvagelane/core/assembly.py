@@ -13,6 +13,14 @@ from dataclasses import dataclass, replace
 
 from salvagelane.core import lexis
 from salvagelane.core.finish import FinishReason, canonical_finish_reason
+from salvagelane.core.framing import (
+    Found,
+    Framing,
+    Keys,
+    envelope_without_items,
+    scan_framed,
+    schema_keys,
+)
 from salvagelane.core.guardrails import (
     ChainContext,
     Guardrails,
@@ -48,8 +56,6 @@ from salvagelane.core.scanner import (
     ItemsPath,
     ScanResult,
     bracket_extent,
-    scan_leniently,
-    scan_strict,
 )
 from salvagelane.core.schema import ItemSchema
 from salvagelane.core.strict import (
@@ -60,7 +66,7 @@ from salvagelane.core.strict import (
     read_items,
     read_strict_document,
 )
-from salvagelane.errors import ItemsPathError
+from salvagelane.errors import ConfigurationError, ItemsPathError
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, init=False)
@@ -75,6 +81,10 @@ class SalvagePolicy:
     items_path: ItemsPath
     item_schema: ItemSchema | None
     guardrails: Guardrails
+    envelope_schema: ItemSchema | None
+    framing: Framing
+    envelope_check: ItemSchema | None  # the envelope schema without the items property
+    keys: Keys  # member names that tell the envelope from an item
 
     # A hand-written __init__ so that the field stays a tuple of keys for every reader
     # while callers may pass the dotted string: a bare str is a Sequence[str] too, and
@@ -85,10 +95,39 @@ class SalvagePolicy:
         items_path: str | Sequence[str] = (),
         item_schema: ItemSchema | None = None,
         guardrails: Guardrails | None = None,
+        envelope_schema: ItemSchema | None = None,
+        framing: Framing | str = Framing.AUTO,
     ) -> None:
-        object.__setattr__(self, "items_path", _items_path(items_path))
+        path = _items_path(items_path)
+        object.__setattr__(self, "items_path", path)
         object.__setattr__(self, "item_schema", item_schema)
         object.__setattr__(self, "guardrails", Guardrails() if guardrails is None else guardrails)
+        object.__setattr__(self, "envelope_schema", envelope_schema)
+        object.__setattr__(self, "framing", _framing(framing))
+        object.__setattr__(
+            self,
+            "envelope_check",
+            None
+            if envelope_schema is None or not path
+            else envelope_schema.narrowed(envelope_without_items(envelope_schema.schema, path)),
+        )
+        object.__setattr__(
+            self,
+            "keys",
+            schema_keys(
+                None if envelope_schema is None else envelope_schema.schema,
+                None if item_schema is None else item_schema.schema,
+                path,
+            ),
+        )
+
+
+def _framing(given: Framing | str) -> Framing:
+    try:
+        return Framing(given)
+    except ValueError:
+        choices = ", ".join(repr(f.value) for f in Framing)
+        raise ConfigurationError(f"framing: expected one of {choices}, got {given!r}") from None
 
 
 def _items_path(given: object) -> ItemsPath:
@@ -118,21 +157,19 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
     if size is not None:
         return _oversize(raw, size, limits, finish_text)
 
-    # A valid report is scanned in the pass that proves it strict, and parsed once, not
-    # item by item (the values are the same).
-    verdict: bool | None
-    document: JSONValue | None
-    values: list[JSONValue] | None
-    scanned = scan_strict(raw, policy.items_path)
-    if scanned is not None:
+    verdict: bool | None = None
+    document: JSONValue | None = None
+    values: list[JSONValue] | None = None
+    framed = scan_framed(raw, policy.items_path, framing=policy.framing, keys=policy.keys)
+    scanned = framed.scan
+    if framed.strict:
+        # A valid report is scanned in the pass that proves it strict, and parsed once,
+        # not item by item (the values are the same).
         verdict = True
         document, values = read_items(raw, scanned.items_path, len(scanned.candidates))
-    else:
-        scanned = scan_leniently(raw, policy.items_path)
-        verdict, document, values = (
-            read_strict_document(raw, scanned.items_path, len(scanned.candidates))
-            if _scan_is_clean(raw, scanned)
-            else (None, None, None)
+    elif framed.found is Found.DOCUMENT and _scan_is_clean(raw, scanned):
+        verdict, document, values = read_strict_document(
+            raw, scanned.items_path, len(scanned.candidates)
         )
     ctx = new_context(limits, policy.item_schema)
     candidates = scanned.candidates
@@ -143,6 +180,10 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
         accepted, rejected = _judge_each(raw, candidates, values, cleared, ctx)
 
     envelope, issues = _assemble_envelope(raw, scanned.envelope, ctx, document)
+    if framed.no_envelope:
+        issues.append(_missing_envelope(framed.found))
+    elif policy.envelope_check is not None and scanned.items_found:
+        issues.extend(_envelope_violations(envelope, issues, scanned, policy.envelope_check))
     return new_result(
         verdict if verdict is not None else _document_valid(raw, scanned),
         scanned.truncated or finish is FinishReason.LENGTH,
@@ -152,8 +193,52 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
         _quarantined(raw, rejected, limits),
         tuple(issues),
         finish_text,
-        _notes(scanned),
+        _notes(scanned, framed.found),
+        str(framed.found),
     )
+
+
+def _missing_envelope(found: Found) -> EnvelopeIssue:
+    shape = "a bare array of items" if found is Found.ARRAY else "top-level item objects"
+    return EnvelopeIssue(
+        path="$",
+        problem=f"missing: the output was {shape}, with no envelope object; "
+        "no item is taken as the envelope",
+        span=Span(start=0, end=0),
+    )
+
+
+def _envelope_violations(
+    envelope: dict[str, JSONValue],
+    issues: Sequence[EnvelopeIssue],
+    scanned: ScanResult,
+    check: ItemSchema,
+) -> list[EnvelopeIssue]:
+    """Each way the recovered envelope breaks its schema (the items excluded), with its
+    correction signal; a member already reported as damaged is not reported again."""
+    damaged = {issue.path for issue in issues}
+    spans = {"$." + ".".join(member.path): member.span for member in scanned.envelope}
+    root = scanned.root if scanned.root is not None else Span(start=0, end=0)
+    found = []
+    for signal in check.violations(envelope):
+        where = _member_of(signal.path)
+        if where in damaged:
+            continue
+        found.append(
+            EnvelopeIssue(
+                path=signal.path,
+                problem=signal.message("schema"),
+                span=spans.get(where, root),
+            )
+        )
+    return found
+
+
+def _member_of(path: str) -> str:
+    """``$.summary`` of ``$.summary`` or ``$.summary.text[0]``: the top-level member."""
+    rest = path[2:] if path.startswith("$.") else ""
+    cut = min((i for i in (rest.find("."), rest.find("[")) if i >= 0), default=len(rest))
+    return "$." + rest[:cut] if rest else "$"
 
 
 def _keep_cleared(
@@ -436,7 +521,7 @@ def _scan_is_clean(raw: str, scanned: ScanResult) -> bool:
     )
 
 
-def _notes(scanned: ScanResult) -> tuple[str, ...]:
+def _notes(scanned: ScanResult, found: Found = Found.DOCUMENT) -> tuple[str, ...]:
     notes = [f"{a.kind.replace('_', ' ')} at offset {a.span.start}" for a in scanned.anomalies]
     if not scanned.items_found:
         path = ".".join(scanned.items_path)
@@ -444,5 +529,9 @@ def _notes(scanned: ScanResult) -> tuple[str, ...]:
             f"items array {path!r} not found" if path else "no JSON array found in the output"
         )
     elif not scanned.container_closed:
-        notes.append("items array not closed")
+        notes.append(
+            "items array not closed"
+            if found is Found.DOCUMENT
+            else "output cut off inside its last value"
+        )
     return tuple(notes)

@@ -206,7 +206,7 @@ def parse_strictly(review: Review, ctx: ChainContext) -> Review | Rejection:
     if (
         not isinstance(parsed, Parsed)
         and ctx.guardrails.accept_repairs is AcceptRepairs.LOSSLESS
-        and candidate.closure is Closure.CLOSED
+        and (candidate.closure is Closure.CLOSED or _only_strings_damaged(candidate))
         and not candidate.stray
     ):
         fixed = repair_losslessly(review.text, offset=candidate.span.start)
@@ -228,6 +228,12 @@ def parse_strictly(review: Review, ctx: ChainContext) -> Review | Rejection:
         return Rejection(reason=Reason.MALFORMED, signal=signal)
     # Built directly: dataclasses.replace looks the fields up on every call.
     return _new_review(candidate, review.text, parsed.value, review.coercions, review.repairs)
+
+
+def _only_strings_damaged(candidate: Candidate) -> bool:
+    """The scanner closed the item by its brackets and saw no damage but a string that is
+    not well formed (a raw control character in it): a lossless repair may read it."""
+    return candidate.closure is Closure.BROKEN and candidate.defect.startswith("string at offset")
 
 
 def require_object(review: Review, ctx: ChainContext) -> Review | Rejection:

@@ -130,6 +130,11 @@ class RepairKind(enum.StrEnum):
     """The defects a lossless repair removes: each has exactly one reading."""
 
     TRAILING_COMMA = "trailing_comma"  # a comma before the "}" or "]" that closes
+    COMMENT = "comment"  # a // or /* */ comment outside strings, removed
+    SINGLE_QUOTE = "single_quote"  # a 'string' written with double quotes
+    PYTHON_LITERAL = "python_literal"  # True, False or None written as JSON's literal
+    RAW_CONTROL = "raw_control"  # a raw control character in a string, escaped
+    BARE_KEY = "bare_key"  # an identifier key, quoted
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -247,6 +252,7 @@ class SalvageResult:
     envelope_issues: tuple[EnvelopeIssue, ...] = ()
     finish_reason: str | None = None
     notes: tuple[str, ...] = field(default=())
+    framing: str = "document"  # where the items were found (core.framing.Found)
 
     @property
     def status(self) -> Status:
@@ -280,6 +286,7 @@ class SalvageResult:
             "partial": self.partial,
             "finish_reason": self.finish_reason,
             "items_found": self.items_found,
+            "framing": self.framing,
             "envelope": dict(self.envelope),
             "envelope_issues": [issue.to_json() for issue in self.envelope_issues],
             "items": [item.to_json() for item in self.items],
@@ -300,6 +307,7 @@ new_result = builder(
     "envelope_issues",
     "finish_reason",
     "notes",
+    "framing",
 )
 """``SalvageResult(...)`` by position: built once per salvage, which on a short valid
 report costs no more than this."""

@@ -94,6 +94,26 @@ class ItemSchema:
             batch=None if fast is None else batch_validator(schema, bundled),
         )
 
+    def narrowed(self, schema: Mapping[str, Any]) -> ItemSchema:
+        """Another schema over this one's registry and format checks (a part of this
+        schema, such as the envelope without its items), judged by the reference alone."""
+        return ItemSchema(
+            schema=schema,
+            sha256=canonical_sha256(schema, allow_nan=True),
+            validator=self.validator.evolve(schema=schema),
+            reference_only="a part of a compiled schema",
+        )
+
+    def violations(self, instance: JSONValue, *, limit: int = 20) -> tuple[CorrectionSignal, ...]:
+        """A correction signal per violation (at most ``limit``), most relevant first."""
+        try:
+            errors = sorted(
+                self.validator.iter_errors(instance), key=jsonschema.exceptions.relevance
+            )
+        except referencing.exceptions.Unresolvable as exc:
+            raise SchemaError(f"schema reference cannot be resolved: {exc}") from exc
+        return tuple(_signal_for(error) for error in errors[:limit])
+
     def check(self, instance: JSONValue) -> CorrectionSignal | None:
         """The best correction signal for ``instance``, or None when it validates.
 

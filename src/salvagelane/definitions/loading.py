@@ -13,8 +13,9 @@ from types import MappingProxyType
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from salvagelane.core import AcceptRepairs, ItemSchema, parse_items_path
+from salvagelane.core import AcceptRepairs, Framing, ItemSchema, parse_items_path
 from salvagelane.core.canonical import canonical_sha256
+from salvagelane.core.schema_hint import report_hint_schema
 from salvagelane.definitions.context import resolve_allow_lists, resolve_context
 from salvagelane.definitions.cron import cron_problem
 from salvagelane.definitions.model import (
@@ -50,7 +51,7 @@ from salvagelane.definitions.templates import (
 )
 from salvagelane.definitions.validation import validate
 from salvagelane.definitions.yaml_source import YamlProblem, parse_yaml, read_text
-from salvagelane.errors import ConfigurationError, DefinitionError, not_utf8
+from salvagelane.errors import ConfigurationError, DefinitionError, SchemaError, not_utf8
 from salvagelane.policy_files import allow_list_values, parse_json_text
 
 _MAX_DEFINITION_BYTES = 1024 * 1024
@@ -167,6 +168,18 @@ def _build(
     if item_schema is not None:
         rank_key = tuple(output_doc["rank_key"].split("."))
         _check_field_path(item_schema.schema, rank_key, ("output", "rank_key"), "item", problems)
+    if connector_doc["structured_output"] and item_schema and envelope_schema:
+        try:  # the hint a run sends must be one a provider can resolve
+            report_hint_schema(
+                envelope_schema.schema,
+                resources=[item_schema.schema],
+                items_path=items_path,
+                max_items=document["guardrails"]["max_items"],
+            )
+        except SchemaError as exc:
+            problems.append(
+                Problem(("output", "envelope_schema"), f"expected a bundlable schema: {exc}")
+            )
 
     context = {
         name: _context_source(name, entry, files, problems)
@@ -250,6 +263,7 @@ def _build(
             rank_key=output_doc["rank_key"],
             envelope_schema=envelope_schema,
             item_schema=item_schema,
+            framing=Framing(output_doc.get("framing", "auto")),
         ),
         guardrails=GuardrailSpec(
             max_items=guardrails_doc["max_items"],

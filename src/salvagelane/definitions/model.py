@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from salvagelane.core import AcceptRepairs, Guardrails, ItemSchema, SalvagePolicy
+from salvagelane.core import AcceptRepairs, Framing, Guardrails, ItemSchema, SalvagePolicy
+from salvagelane.core.schema_hint import report_hint_schema
 from salvagelane.logs import redact_url
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ class OutputSpec:
     rank_key: str
     envelope_schema: ItemSchema
     item_schema: ItemSchema
+    framing: Framing = Framing.AUTO
 
     @property
     def items_path_text(self) -> str:
@@ -209,6 +211,18 @@ class Instruction:
     loaded_files: Mapping[str, str] = field(default_factory=dict)
     stored_sha256: str | None = None
 
+    def response_schema(self) -> dict[str, Any]:
+        """The report's schema as a structured-output hint sends it: every ``$ref``
+        bundled, the items capped at ``max_items``. Raises SchemaError when a reference
+        cannot be bundled (loading refuses such a definition with ``structured_output``)."""
+        output = self.output
+        return report_hint_schema(
+            output.envelope_schema.schema,
+            resources=[output.item_schema.schema],
+            items_path=output.items_path,
+            max_items=self.guardrails.max_items,
+        )
+
     def salvage_policy(self, allow_lists: Mapping[str, frozenset[str]]) -> SalvagePolicy:
         """The core's policy for this instruction, with allow-lists from
         :func:`resolve_allow_lists`."""
@@ -216,6 +230,8 @@ class Instruction:
         return SalvagePolicy(
             items_path=self.output.items_path,
             item_schema=self.output.item_schema,
+            envelope_schema=self.output.envelope_schema,
+            framing=self.output.framing,
             guardrails=Guardrails(
                 max_bytes=limits.max_output_bytes,
                 max_depth=limits.max_depth,

@@ -17,6 +17,8 @@ from typing import Any
 import jinja2
 import jinja2.meta
 
+from salvagelane.core import Framing
+from salvagelane.core.framing import envelope_without_items
 from salvagelane.definitions.model import Instruction, RenderedPrompt
 from salvagelane.definitions.problems import PathParts, Problem, fail, format_path, quoted
 from salvagelane.definitions.sandbox import (
@@ -101,7 +103,20 @@ def output_contract(instruction: Instruction) -> str:
     cap = instruction.guardrails.max_items
     item_schema = json.dumps(output.item_schema.schema, indent=2, ensure_ascii=False)
     lines = ["Output contract:"]
-    if output.items_path:
+    if output.framing is Framing.LINES:
+        lines += [
+            "Reply in JSON Lines and nothing else: one JSON object per line, no text before, "
+            "between or after them, no code fences, no blank lines.",
+        ]
+        if output.items_path:
+            envelope = envelope_without_items(output.envelope_schema.schema, output.items_path)
+            lines += [
+                "The first line is the report's envelope, without "
+                f'"{output.items_path_text}". It must satisfy this JSON Schema:',
+                json.dumps(envelope, indent=2, ensure_ascii=False),
+            ]
+        lines += ["Every other line is one item. Each item must satisfy this JSON Schema:"]
+    elif output.items_path:
         envelope_schema = json.dumps(output.envelope_schema.schema, indent=2, ensure_ascii=False)
         lines += [
             "Reply with exactly one JSON object and nothing else: no text before or after it, "
