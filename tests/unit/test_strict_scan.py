@@ -18,7 +18,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from salvagelane.core import Guardrails, Reason, SalvagePolicy, salvage, speedups
-from salvagelane.core.scanner import Closure, ItemsPath, ScanResult, scan_leniently, scan_strict
+from salvagelane.core.scanner import (
+    AnomalyKind,
+    Closure,
+    ItemsPath,
+    ScanResult,
+    scan_leniently,
+    scan_strict,
+)
+from salvagelane.core.strict_scan import scan_wrapped
 from tests.unit.test_properties import FAST, GENERIC_SCHEMA, guardrails
 
 pytestmark = pytest.mark.skipif(
@@ -216,3 +224,65 @@ def test_a_nested_path_and_its_envelope() -> None:
         (("data", "meta"), '{"n": [1, 2]}', 2),
         (("z",), "null", 0),
     ]
+
+
+WRAPPERS = st.sampled_from(
+    [
+        ("```json\n", "\n```"),
+        ("```\n", "\n```\n"),
+        ("Here is today's report:\n\n", ""),
+        ("", "\n\nLet me know if you need anything else."),
+        ("Sure! ```json\n", "\n``` Done."),
+    ]
+)
+
+
+@FAST
+@given(case=strict_reports(), wrapper=WRAPPERS, limits=guardrails)
+def test_a_wrapped_strict_report_is_read_by_the_strict_pass_as_the_scanner_reads_it(
+    case: tuple[str, ItemsPath, Any], wrapper: tuple[str, str], limits: Guardrails
+) -> None:
+    report, path, _ = case
+    before, after = wrapper
+    text = before + report + after
+    wrapped = scan_wrapped(text, path)
+    lenient = scan_leniently(text, path)
+    if scan_strict(report, path) is None:
+        assert wrapped is None  # no proof, no answer
+        return
+    assert wrapped is not None
+    scanned, span = wrapped
+    assert span.text(text) == report.strip()
+    unwrapped = scan_strict(report, path)
+    assert unwrapped is not None
+    assert [c.span.text(text) for c in scanned.candidates] == [
+        c.span.text(report) for c in unwrapped.candidates
+    ]
+    noted = {a.kind for a in lenient.anomalies}
+    if (
+        lenient.root != scanned.root
+        or not noted <= {AnomalyKind.LEADING_TEXT, AnomalyKind.TRAILING_TEXT}
+        or not all(c.complete for c in lenient.candidates)
+    ):
+        return  # the scanner misreads this report (a fenced [[]] from its inner list)
+    assert replace(scanned, steps=0) == replace(lenient, steps=0)
+    policy = SalvagePolicy(items_path=path, item_schema=GENERIC_SCHEMA, guardrails=limits)
+    fast = salvage(text, policy)
+    with speedups.without_strict_scan():
+        slow = salvage(text, policy)
+    assert fast == slow
+    assert not fast.document_valid
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param('Use "the" report: {"items": [1]}', id="quote-in-prose"),
+        pytest.param('See [1]: {"items": [1]}', id="bracket-in-prose"),
+        pytest.param('{"items": [1]} and {"x": 2}', id="an-object-after"),
+        pytest.param('{"items": [1]}', id="not-wrapped"),
+        pytest.param('```json\n{"items": [1,]}\n```', id="not-strict-inside"),
+    ],
+)
+def test_a_wrapper_that_could_be_structure_gets_no_answer(text: str) -> None:
+    assert scan_wrapped(text, ("items",)) is None

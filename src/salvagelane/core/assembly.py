@@ -164,9 +164,12 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
     scanned = framed.scan
     if framed.strict:
         # A valid report is scanned in the pass that proves it strict, and parsed once,
-        # not item by item (the values are the same).
-        verdict = True
-        document, values = read_items(raw, scanned.items_path, len(scanned.candidates))
+        # not item by item (the values are the same). Wrapped in prose or a fence, the
+        # report is valid and the output is not.
+        report = framed.report
+        verdict = report is None
+        text = raw if report is None else raw[report.start : report.end]
+        document, values = read_items(text, scanned.items_path, len(scanned.candidates))
     elif framed.found is Found.DOCUMENT and _scan_is_clean(raw, scanned):
         verdict, document, values = read_strict_document(
             raw, scanned.items_path, len(scanned.candidates)

@@ -34,6 +34,7 @@ from salvagelane.core.scan_values import (
 )
 from salvagelane.core.scanner import bracket_extent, scan_leniently, scan_strict
 from salvagelane.core.strict import is_strict_document
+from salvagelane.core.strict_scan import scan_wrapped
 
 
 class Framing(enum.StrEnum):
@@ -94,8 +95,9 @@ class Framed:
 
     scan: ScanResult
     found: Found
-    strict: bool  # the strict pass proved the whole output one valid report
+    strict: bool  # the strict pass proved the report (``report``) one valid document
     no_envelope: bool  # an items path was named, and no value was an envelope or report
+    report: Span | None = None  # with ``strict``: where the report is, when wrapped
 
 
 _NO_KEYS = Keys(envelope=frozenset(), item=frozenset())
@@ -110,6 +112,17 @@ def scan_framed(
         strict = scan_strict(text, items_path)
         if strict is not None:
             return Framed(scan=strict, found=Found.DOCUMENT, strict=True, no_envelope=False)
+        # The most common shape of all: a valid report in a code fence or after a line
+        # of prose, read by the strict pass too.
+        wrapped = scan_wrapped(text, items_path)
+        if wrapped is not None:
+            return Framed(
+                scan=wrapped[0],
+                found=Found.DOCUMENT,
+                strict=True,
+                no_envelope=False,
+                report=wrapped[1],
+            )
     scanned = scan_leniently(text, items_path)
     if framing is Framing.DOCUMENT or (framing is Framing.AUTO and scanned.items_found):
         return Framed(scan=scanned, found=Found.DOCUMENT, strict=False, no_envelope=False)

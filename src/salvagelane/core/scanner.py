@@ -41,7 +41,7 @@ from salvagelane.core.scan_values import (
     new_candidate,
     parse_items_path,
 )
-from salvagelane.core.strict_scan import scan_strict
+from salvagelane.core.strict_scan import scan_strict, scan_wrapped
 
 __all__ = [
     "Anomaly",
@@ -62,11 +62,15 @@ __all__ = [
 def scan(text: str, items_path: ItemsPath) -> ScanResult:
     """Scan ``text`` for the items container at ``items_path``. Never raises.
 
-    A strict document is read in one compiled pass (``core.strict_scan``), with the
-    answer the full scan would give; anything else is scanned leniently.
+    A strict document, bare or wrapped in prose or a code fence, is read in one compiled
+    pass (``core.strict_scan``), with the answer the full scan would give; anything else
+    is scanned leniently.
     """
     strict = scan_strict(text, items_path)
-    return strict if strict is not None else scan_leniently(text, items_path)
+    if strict is not None:
+        return strict
+    wrapped = scan_wrapped(text, items_path)
+    return wrapped[0] if wrapped is not None else scan_leniently(text, items_path)
 
 
 def scan_leniently(text: str, items_path: ItemsPath) -> ScanResult:

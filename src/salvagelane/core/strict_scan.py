@@ -12,9 +12,14 @@ scanner runs.
 
 from __future__ import annotations
 
-from salvagelane.core import speedups
-from salvagelane.core.records import new_span
+from collections.abc import Callable
+from dataclasses import replace
+
+from salvagelane.core import lexis, speedups
+from salvagelane.core.records import Span, new_span
 from salvagelane.core.scan_values import (
+    Anomaly,
+    AnomalyKind,
     Closure,
     ItemsPath,
     ScanResult,
@@ -23,16 +28,22 @@ from salvagelane.core.scan_values import (
     new_scan_result,
 )
 
-__all__ = ["scan_strict"]
+__all__ = ["scan_strict", "scan_wrapped"]
+
+# What the text around a wrapped report may not hold: anything the lenient scan could
+# take for structure (a root, an object outside the report, a string).
+_STRUCTURE = frozenset('{}[]"')
 
 
-def scan_strict(text: str, items_path: ItemsPath) -> ScanResult | None:
+def scan_strict(text: str, items_path: ItemsPath, *, offset: int = 0) -> ScanResult | None:
     """What :func:`salvagelane.core.scanner.scan` finds in ``text``, when ``text`` is
-    proven one strict JSON document holding a list at ``items_path``; else None."""
+    proven one strict JSON document holding a list at ``items_path``; else None.
+    ``offset`` is added to every span: where ``text`` starts in a longer output."""
     strict_items = speedups.strict_items
     if strict_items is None:
         return None
-    found = strict_items(text, items_path, new_span, new_candidate, Closure.CLOSED)
+    span = new_span if not offset else _shifted_spans(offset)
+    found = strict_items(text, items_path, span, new_candidate, Closure.CLOSED)
     if found is None:
         return None
     root_start, root_end, list_start, list_end, candidates, members = found
@@ -43,7 +54,7 @@ def scan_strict(text: str, items_path: ItemsPath) -> ScanResult | None:
         [
             new_envelope_field(
                 (*items_path[: members[k]], text[members[k + 1] + 1 : members[k + 2] - 1]),
-                new_span(members[k + 3], members[k + 4]),
+                span(members[k + 3], members[k + 4]),
                 closed,
                 members[k + 5],
                 "",
@@ -54,8 +65,8 @@ def scan_strict(text: str, items_path: ItemsPath) -> ScanResult | None:
     )
     return new_scan_result(
         items_path,
-        new_span(root_start, root_end),
-        new_span(list_start, list_end),
+        span(root_start, root_end),
+        span(list_start, list_end),
         True,  # container_closed
         candidates,
         envelope,
@@ -63,3 +74,43 @@ def scan_strict(text: str, items_path: ItemsPath) -> ScanResult | None:
         (),  # anomalies
         1 + len(candidates) + len(envelope),  # steps
     )
+
+
+def scan_wrapped(text: str, items_path: ItemsPath) -> tuple[ScanResult, Span] | None:
+    """A strict report wrapped in prose or a code fence, read by the strict pass: what
+    the scanner finds in ``text``, and the span of the report; else None.
+
+    Only when the text around the report holds nothing the scanner could take for
+    structure (no bracket, brace or quote): the scanner's answer is then the report's
+    own, shifted, with the leading and trailing text noted.
+    """
+    opener, closer = ("{", "}") if items_path else ("[", "]")
+    start = text.find(opener)
+    end = text.rfind(closer) + 1
+    if start < 0 or end <= start:
+        return None
+    before, after = text[:start], text[end:]
+    if not (before.strip(lexis.WHITESPACE) or after.strip(lexis.WHITESPACE)):
+        return None  # not wrapped: scan_strict's case
+    if not _STRUCTURE.isdisjoint(before) or not _STRUCTURE.isdisjoint(after):
+        return None
+    inner = scan_strict(text[start:end], items_path, offset=start)
+    if inner is None:
+        return None
+    anomalies = []
+    if before.strip(lexis.WHITESPACE):
+        anomalies.append(Anomaly(kind=AnomalyKind.LEADING_TEXT, span=Span(start=0, end=start)))
+    if after.strip(lexis.WHITESPACE):
+        anomalies.append(
+            Anomaly(kind=AnomalyKind.TRAILING_TEXT, span=Span(start=end, end=len(text)))
+        )
+    return replace(inner, anomalies=tuple(anomalies)), Span(start=start, end=end)
+
+
+def _shifted_spans(offset: int) -> Callable[[int, int], Span]:
+    """A span builder that adds ``offset``: spans into the output the text came from."""
+
+    def span(start: int, end: int) -> Span:
+        return new_span(start + offset, end + offset)
+
+    return span
