@@ -161,12 +161,15 @@ COERCION_CASES = [
     pytest.param(
         {"b": "false"}, {"b": False}, [c("$.b", "false", False, "string_to_boolean")], id="false"
     ),
-    pytest.param({"b": "1"}, {"b": "1"}, [], id="boolean-not-from-1"),
+    pytest.param({"b": "1"}, {"b": True}, [c("$.b", "1", True, "string_to_boolean")], id="1"),
+    pytest.param(
+        {"b": "off"}, {"b": False}, [c("$.b", "off", False, "string_to_boolean")], id="off"
+    ),
     pytest.param({"b": "maybe"}, {"b": "maybe"}, [], id="boolean-not-from-maybe"),
     pytest.param({"z": "n/a"}, {"z": None}, [c("$.z", "n/a", None, "string_to_null")], id="n/a"),
     pytest.param({"z": "null"}, {"z": None}, [c("$.z", "null", None, "string_to_null")], id="null"),
     pytest.param({"z": "none"}, {"z": None}, [c("$.z", "none", None, "string_to_null")], id="none"),
-    pytest.param({"z": ""}, {"z": ""}, [], id="null-not-from-empty"),
+    pytest.param({"z": ""}, {"z": None}, [c("$.z", "", None, "string_to_null")], id="empty"),
     pytest.param({"s": "5"}, {"s": "5"}, [], id="string-type-never-coerced"),
     pytest.param({"s": "true"}, {"s": "true"}, [], id="string-type-keeps-true"),
     pytest.param({"si": "5"}, {"si": "5"}, [], id="type-list-including-string"),
@@ -222,7 +225,8 @@ COERCION_CASES = [
 
 @pytest.mark.parametrize(("data", "expected", "coercions"), COERCION_CASES)
 def test_coerce(data: dict[str, Any], expected: dict[str, Any], coercions: list[Coercion]) -> None:
-    value, made = coerce(copy.deepcopy(data), SCHEMA)
+    value, made, refused = coerce(copy.deepcopy(data), SCHEMA)
+    assert refused is None
     assert value == expected
     # the types matter: 5 is not "5", True is not "true"
     assert json.dumps(value, sort_keys=True) == json.dumps(expected, sort_keys=True)

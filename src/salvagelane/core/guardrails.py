@@ -253,7 +253,10 @@ def require_object(review: Review, ctx: ChainContext) -> Review | Rejection:
 def normalise(review: Review, ctx: ChainContext) -> Review | Rejection:
     if not ctx.guardrails.coerce or ctx.schema is None:
         return review
-    data, coercions = coerce(review.data, ctx.schema.schema)
+    data, coercions, ambiguous = coerce(review.data, ctx.schema.schema)
+    if ambiguous is not None:
+        # Read one way it might pass the schema: refused, with the readings, not guessed.
+        return Rejection(reason=Reason.SCHEMA, signal=ambiguous)
     return replace(review, data=data, coercions=coercions)
 
 

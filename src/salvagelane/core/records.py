@@ -55,6 +55,7 @@ class SignalCode(enum.StrEnum):
     NOT_OBJECT = "not_object"
     NOT_ALLOWED = "not_allowed"
     OVER_LIMIT = "over_limit"
+    AMBIGUOUS = "ambiguous"  # a value with more than one reading, refused by coercion
 
 
 class Status(enum.StrEnum):
