@@ -16,6 +16,7 @@ from salvagelane.connectors import AnthropicConnector, AnthropicSettings, Connec
 from salvagelane.definitions import Instruction
 from salvagelane.executor import Executor
 from salvagelane.store import Store
+from tests.support.definitions import copy_project, edit, run_measured
 from tests.support.provider import Scripted, ScriptedServer, connector_args, provider_json
 from tests.support.provider_schemas import assert_fits_anthropic, assert_fits_openai, schema_refs
 from tests.support.run_setup import (
@@ -101,3 +102,28 @@ def test_anthropic_gets_the_hint_without_its_unsupported_keywords(
     recorded = attempt.request["schema_hint"]
     assert (recorded["sent"], recorded["provider"]) == (True, "anthropic")
     assert "$.properties.recommendations.maxItems" in recorded["left_out"]
+
+
+def test_check_says_which_validator_judges_the_items_and_what_the_hint_will_be(
+    tmp_path: Path,
+) -> None:
+    project = copy_project(tmp_path)
+    definition = project / "instructions" / "daily-triage.yaml"
+    edit(definition, "structured_output: false", "structured_output: true")
+    proc = run_measured("check", "instructions", cwd=project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "  openai hint: strict (the provider enforces it)\n" in proc.stdout
+    assert "$.properties.summary.maxLength" in proc.stdout
+    assert "item schema: judged by jsonschema alone" not in proc.stdout
+
+    item = project / "schemas" / "daily-triage-item.schema.json"
+    edit(item, '"maxLength": 120', '"maxLength": 120,\n      "pattern": "^\\\\w[\\\\w-]*$"')
+    edit(definition, "kind: openai", "kind: anthropic")
+    proc = run_measured("check", "instructions", cwd=project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (
+        "  item schema: judged by jsonschema alone, item by item (slower): "
+        "at /properties/candidate/pattern: its pattern" in proc.stdout
+    )
+    assert "  anthropic hint: strict (the provider enforces it)\n" in proc.stdout
+    assert "$.properties.recommendations.maxItems" in proc.stdout

@@ -34,9 +34,14 @@ SCHEMAS = [
     None,
     GENERIC_SCHEMA,
     ItemSchema.compile({"type": "object", "maxProperties": 3}, source="small"),
-    # Validated by the reference alone (a regex): such a schema never clears in one call.
+    # Validated by the reference alone (a regex the validators read two ways): such a
+    # schema never clears in one call.
     ItemSchema.compile(
-        {"type": "object", "properties": {"candidate": {"pattern": "^o"}}}, source="regex"
+        {"type": "object", "properties": {"candidate": {"pattern": "^\\w"}}}, source="regex"
+    ),
+    # A regex both read alike: jsonschema-rs clears what it finds valid.
+    ItemSchema.compile(
+        {"type": "object", "properties": {"candidate": {"pattern": "^o"}}}, source="alike"
     ),
 ]
 
@@ -146,6 +151,8 @@ def test_a_cleared_item_is_one_the_chain_passes_unchanged(
         ([1], Guardrails(), None, False),  # not an object
         ("ok", Guardrails(), None, False),
         ({"candidate": "ok"}, Guardrails(), SCHEMAS[3], False),  # the reference decides
+        ({"candidate": "ok"}, Guardrails(), SCHEMAS[4], True),  # jsonschema-rs decides
+        ({"candidate": "no"}, Guardrails(), SCHEMAS[4], False),
     ],
 )
 def test_what_clears_in_one_call(item: Any, limits: Guardrails, schema: Any, clears: bool) -> None:

@@ -33,10 +33,10 @@ from tests.support.builders import SCHEMAS, load_json, triage_item, triage_item_
     ("schema", "words"),
     [
         pytest.param(
-            {"pattern": "^a$"}, "at //pattern: its regular expressions", id="pattern-root"
+            {"pattern": "^\\d$"}, "at //pattern: its pattern '^\\\\d$' uses", id="pattern-root"
         ),
         pytest.param(
-            {"properties": {"id": {"type": "string", "pattern": "^[A-Z]+-[0-9]+$"}}},
+            {"properties": {"id": {"type": "string", "pattern": "^[A-Z]+-\\w+$"}}},
             "at /properties/id/pattern:",
             id="pattern-nested",
         ),
@@ -51,7 +51,7 @@ from tests.support.builders import SCHEMAS, load_json, triage_item, triage_item_
             id="dependencies",
         ),
         pytest.param(
-            {"allOf": [{"$defs": {"x": {"pattern": "a"}}}]},
+            {"allOf": [{"$defs": {"x": {"pattern": "\\ba"}}}]},
             "at /allOf/0/$defs/x/pattern:",
             id="pattern-in-defs-in-array",
         ),
@@ -117,7 +117,7 @@ def test_a_schema_jsonschema_rs_cannot_compile_is_validated_by_jsonschema_alone(
 def test_a_bundled_resource_is_routed_by_its_own_keywords() -> None:
     report = load_json(SCHEMAS / "daily-triage-report.schema.json")
     item = copy.deepcopy(triage_item_schema_dict())  # the loader caches it
-    item["properties"]["candidate"]["pattern"] = "^[a-z-]+$"
+    item["properties"]["candidate"]["pattern"] = "^\\w+$"
     compiled = ItemSchema.compile(report, resources=[item])
     assert compiled.fast is None
     assert "/properties/candidate/pattern" in compiled.reference_only
@@ -230,8 +230,6 @@ def test_a_format_outside_the_set_is_an_annotation_for_both(name: str) -> None:
 @pytest.mark.parametrize(
     ("pattern", "instance"),
     [
-        pytest.param("^ab$", "ab\n", id="dollar-before-a-final-newline"),
-        pytest.param("^[0-9]+$", "12\n", id="digits-then-newline"),
         pytest.param("^\\d+$", "\u0663", id="arabic-indic-digit"),
         pytest.param("^\\w+$", "\u00e9", id="e-acute-as-word-character"),
     ],
@@ -245,6 +243,24 @@ def test_regex_dialects_disagree_and_the_layer_follows_jsonschema(
     assert raw != reference  # the disagreement is real: routing is needed
     assert compiled.fast is None
     assert (compiled.check(instance) is None) == reference
+
+
+@pytest.mark.parametrize(
+    ("pattern", "instance"),
+    [
+        pytest.param("^ab$", "ab\n", id="dollar-before-a-final-newline"),
+        pytest.param("^[0-9]+$", "12\n", id="digits-then-newline"),
+    ],
+)
+def test_where_jsonschema_rs_reads_a_pattern_stricter_the_reference_has_the_last_word(
+    pattern: str, instance: str
+) -> None:
+    raw = compile_fast({"pattern": pattern}).is_valid(instance)
+    compiled = ItemSchema.compile({"pattern": pattern})
+    reference = compiled.explain(instance) is None
+    assert (raw, reference) == (False, True)  # stricter, never wider
+    assert compiled.fast is not None  # so jsonschema-rs decides, and is asked first
+    assert compiled.check(instance) is None  # its refusal is asked again of the reference
 
 
 @pytest.mark.parametrize(

@@ -256,7 +256,7 @@ def check_command(directory: Path, resolve: bool) -> None:
             click.echo("error  " + one_line(str(exc)))
             continue
         click.echo(f"ok  {line(checked.instruction.id)}  ({line(str(path))})")
-        for note in _hint_notes(checked.instruction):
+        for note in _schema_notes(checked.instruction):
             click.echo(f"  {line(note)}")
         if checked.not_run:
             names = _callables(checked.not_run)
@@ -277,23 +277,30 @@ def check_command(directory: Path, resolve: bool) -> None:
         raise click.exceptions.Exit(EXIT_INVALID)
 
 
-def _hint_notes(instruction: Instruction) -> list[str]:
-    """What the structured-output hint will be: strict or why not, what it leaves out."""
+def _schema_notes(instruction: Instruction) -> list[str]:
+    """Which validator judges the items, and what the structured-output hint will be:
+    strict or why not, what it leaves out."""
     from salvagelane.core.schema_hint import describe_hint, provider_hint
 
+    notes = []
+    routed = instruction.output.item_schema.reference_only
+    if routed:
+        notes.append(f"item schema: judged by jsonschema alone, item by item (slower): {routed}")
     spec = instruction.connector
     if not spec.structured_output:
-        return []
+        return notes
     hint = provider_hint(str(spec.kind), instruction.response_schema())
     if hint is None:
         if str(spec.kind) == "anthropic":
-            return [
+            notes.append(
                 "anthropic hint not sent: the schema has an object without "
                 "additionalProperties: false, which Anthropic refuses"
-            ]
-        return [f"structured_output: {spec.kind} connectors send no hint"]
+            )
+        else:
+            notes.append(f"structured_output: {spec.kind} connectors send no hint")
+        return notes
     state = "strict (the provider enforces it)" if hint.strict else "advisory"
-    return [f"{hint.provider} hint: {state}", *describe_hint(hint)]
+    return [*notes, f"{hint.provider} hint: {state}", *describe_hint(hint)]
 
 
 def _callables(sources: Sequence[ContextSource]) -> str:

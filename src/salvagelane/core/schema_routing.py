@@ -13,6 +13,7 @@ reference then explains a format failure with the same verdict the fast one gave
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache, partial
 from typing import Any
@@ -55,13 +56,59 @@ _TWO_REGEX_DIALECTS = (
     "by jsonschema-rs ($ before a final newline, \\d \\w \\s on non-ASCII text)"
 )
 REFERENCE_ONLY_KEYWORDS: Mapping[str, str] = {
-    "pattern": _TWO_REGEX_DIALECTS,
     "patternProperties": _TWO_REGEX_DIALECTS,
     "dependencies": (
         "it uses the draft-07 keyword dependencies, which jsonschema ignores in a "
         "draft 2020-12 schema and jsonschema-rs enforces"
     ),
 }
+
+# A `pattern` both validators read alike, but for jsonschema-rs being stricter at the
+# edges: literal characters, escaped ASCII punctuation, classes of literals and ranges,
+# groups, alternation, quantifiers with a lower bound, `^`, `$` and `.`. Python's `$`
+# also matches before a final newline and its `.` before \r or U+2028, where
+# ECMA-262's do not; no construct here matches anything in jsonschema-rs that Python's
+# re does not match. Classes such as \d \w \s, their negations and \b are left out:
+# there the two differ both ways.
+_SAFE_PATTERN = re.compile(
+    r"(?:\\[-.\\/+*?()\[\]{}|^$]"
+    r"|\[\^?(?:\\[-.\\/\]\[^]|[^\\\[\]])+\]"
+    r"|\(\?:|\((?!\?)|[)|]"
+    r"|\{[0-9]+(?:,[0-9]*)?\}\??"
+    r"|[*+?]\??"
+    r"|[\^$.]"
+    r"|[^\\\[\](){}|^$.*+?])*+"
+)
+# Python reads these inside a class as (future) set operations.
+_SET_OPERATION = re.compile(r"\[[^\]]*(?:--|&&|\|\||~~)")
+# Where a stricter `pattern` could make a schema more lenient: under negation, a
+# condition, exactly-one, counting, or annotations of what was evaluated.
+_NOT_MONOTONE = frozenset(
+    {
+        "not",
+        "if",
+        "then",
+        "else",
+        "oneOf",
+        "contains",
+        "minContains",
+        "maxContains",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+    }
+)
+_PATTERN_STRICTER = (
+    "its pattern {pattern!r} uses a construct the two validators read differently "
+    "(\\d \\w \\s, \\b, an escape, a lookaround or flag); only literals, "
+    "classes of literals, groups, alternation, quantifiers, ^ $ and . are read alike"
+)
+
+
+def pattern_reads_alike(pattern: str) -> bool:
+    """Whether jsonschema-rs matches ``pattern`` only where Python's re does too (the
+    constructs of ``_SAFE_PATTERN``); its "valid" is then the reference's."""
+    return bool(_SAFE_PATTERN.fullmatch(pattern)) and not _SET_OPERATION.search(pattern)
+
 
 # Keywords whose value is a map from names to subschemas: the names are not keywords.
 _SCHEMA_MAPS = frozenset(
@@ -124,7 +171,15 @@ def subschemas(schema: Any, pointer: str = "") -> Iterator[tuple[str, Mapping[st
 
 
 def reference_only_reason(documents: Sequence[Mapping[str, Any]]) -> str:
-    """Why these schemas must be validated by jsonschema alone, or "" when they need not."""
+    """Why these schemas must be validated by jsonschema alone, or "" when they need not.
+
+    A ``pattern`` both read alike leaves jsonschema-rs the verdict: where it refuses an
+    instance the reference accepts (a final newline before ``$``), the reference is asked
+    and its verdict stands (``ItemSchema.check``). That holds only where a stricter
+    pattern makes the whole schema stricter, so not under ``_NOT_MONOTONE`` keywords.
+    """
+    patterns: list[str] = []
+    not_monotone = ""
     for document in documents:
         for where, node in subschemas(document):
             dialect = node.get("$schema", _DRAFT_2020_12)
@@ -136,6 +191,21 @@ def reference_only_reason(documents: Sequence[Mapping[str, Any]]) -> str:
             for keyword, reason in REFERENCE_ONLY_KEYWORDS.items():
                 if keyword in node:
                     return f"at {where or '/'}/{keyword}: {reason}"
+            pattern = node.get("pattern")
+            if isinstance(pattern, str):
+                if not pattern_reads_alike(pattern):
+                    return f"at {where or '/'}/pattern: " + _PATTERN_STRICTER.format(
+                        pattern=pattern
+                    )
+                patterns.append(where or "/")
+            found = _NOT_MONOTONE.intersection(node)
+            if found and not not_monotone:
+                not_monotone = f"{where or '/'}/{sorted(found)[0]}"
+    if patterns and not_monotone:
+        return (
+            f"at {patterns[0]}/pattern: with {not_monotone} in the schema, jsonschema-rs's "
+            "stricter reading of a pattern could make the schema more lenient"
+        )
     return ""
 
 
