@@ -125,6 +125,40 @@ def test_a_fenced_block_per_item_keeps_them_all() -> None:
     assert [i.path for i in result.envelope_issues] == ["$"]
 
 
+_C = '{"rank": 3, "id": "C"}'
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        f'Part one:\n```json\n{{"summary": "s", "findings": [{A}]}}\n```\n'
+        f"And the rest:\n```json\n[{A.replace('1', '2').replace('A', 'B')}, {_C}]\n```\n",
+        f'```json\n{{"summary": "s", "findings": [{A}]}}\n```\n'
+        f'```json\n{{"findings": [{A.replace("1", "2").replace("A", "B")}, {_C}]}}\n```',
+        f'```json\n{{"summary": "s", "findings": [{A}]}}\n```\n'
+        f"```json\n{A.replace('1', '2').replace('A', 'B')}\n```\n```json\n{_C}\n```",
+    ],
+    ids=["then-an-array", "then-a-document", "then-an-item-per-block"],
+)
+def test_a_list_split_across_fenced_blocks_is_kept_whole(raw: str) -> None:
+    for policy in (WITH_ENVELOPE, ITEM_ONLY):
+        result = salvage(raw, policy)
+        assert result.framing == Found.LINES
+        assert kept(result) == ["A", "B", "C"]
+        assert result.quarantined == ()
+        assert dict(result.envelope) == {"summary": "s"}
+        assert result.status is Status.OK
+
+
+def test_one_fenced_report_with_an_object_after_it_stays_a_document() -> None:
+    # One block: the object after it is held as stray text, as ADR 0002 rule 6 says.
+    raw = f'```json\n{{"summary": "s", "findings": [{A}]}}\n```\nAlso: {_C}'
+    result = salvage(raw, WITH_ENVELOPE)
+    assert result.framing == Found.DOCUMENT
+    assert kept(result) == ["A"]
+    assert _C in [q.snippet for q in result.quarantined]
+
+
 def test_an_item_alone_is_not_taken_as_the_envelope() -> None:
     result = salvage(A, WITH_ENVELOPE)
     assert kept(result) == ["A"]

@@ -107,7 +107,8 @@ def scan_framed(
     text: str, items_path: ItemsPath, *, framing: Framing = Framing.AUTO, keys: Keys | None = None
 ) -> Framed:
     """Scan ``text`` in the framing asked for: ``auto`` reads the report document, and the
-    output as top-level values when the document scan finds no items array. Never raises."""
+    output as top-level values when the document scan finds no items array, or finds the
+    items going on in further fenced blocks. Never raises."""
     if framing is not Framing.LINES:
         strict = scan_strict(text, items_path)
         if strict is not None:
@@ -124,7 +125,9 @@ def scan_framed(
                 report=wrapped[1],
             )
     scanned = scan_leniently(text, items_path)
-    if framing is Framing.DOCUMENT or (framing is Framing.AUTO and scanned.items_found):
+    if framing is Framing.DOCUMENT or (
+        framing is Framing.AUTO and scanned.items_found and not _parts_in_blocks(text, scanned)
+    ):
         return Framed(scan=scanned, found=Found.DOCUMENT, strict=False, no_envelope=False)
     values = scan_values(text, items_path, keys if keys is not None else _NO_KEYS)
     if values is None or values.found is Found.DOCUMENT:
@@ -134,6 +137,18 @@ def scan_framed(
         found=values.found,
         strict=False,
         no_envelope=bool(items_path) and not values.has_envelope,
+    )
+
+
+def _parts_in_blocks(text: str, scanned: ScanResult) -> bool:
+    """The report's items go on in further fenced blocks: more than one code fence, and
+    an object outside the report the document scan could only hold as stray text."""
+    root = scanned.root
+    if root is None or text.count("```") < 3:
+        return False
+    return any(
+        c.stray and (c.span.start >= root.end or c.span.end <= root.start)
+        for c in scanned.candidates
     )
 
 
