@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import orjson
+
 from salvagelane.core import lexis
 from salvagelane.core.records import Span
 from salvagelane.core.scan_values import (
@@ -226,8 +228,8 @@ def scan_values(text: str, items_path: ItemsPath, keys: Keys) -> ValuesScan | No
         if match is None:
             break
         start = match.start()
-        indent = _line_indent(text, start)
-        if base_indent is None:
+        if base_indent is None:  # the first value's: looked up once, the scan stays linear
+            indent = _line_indent(text, start)
             base_indent = 0 if indent is None else indent
         while next_line < len(line_starts) and (
             line_starts[next_line][0] <= start or line_starts[next_line][1] > base_indent
@@ -254,6 +256,12 @@ def scan_values(text: str, items_path: ItemsPath, keys: Keys) -> ValuesScan | No
             anomalies.extend(_shifted_anomaly(a, start) for a in inner.anomalies)
             truncated = truncated or (inner.truncated and end >= n)
             kinds.append("array")
+        elif items_path and _plain_item(value, items_path[0], keys):
+            # An intact object that is no report and no envelope (most lines): an item,
+            # without scanning it a second time.
+            candidates.append(_candidate(span, closure, depth, defect))
+            kinds.append("item")
+            names = _keys_of(value)
         elif items_path:
             inner = scan_leniently(value, items_path)
             if inner.items_found:
@@ -358,6 +366,20 @@ def _framed_alone(kind: str, names: frozenset[str], value: str, keys: Keys) -> b
         first = _FIRST_MEMBER.match(value)
         names = frozenset() if first is None else frozenset({first.group(1)})
     return len(names & keys.item) > len(names & keys.envelope)
+
+
+def _keys_of(value: str) -> frozenset[str]:
+    """The member names of ``value`` when it is strictly one JSON object, else none."""
+    try:
+        parsed = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return frozenset()
+    return frozenset(parsed) if isinstance(parsed, dict) else frozenset()
+
+
+def _plain_item(value: str, items_key: str, keys: Keys) -> bool:
+    names = _keys_of(value)
+    return bool(names) and items_key not in names and not _is_envelope(names, keys)
 
 
 def _is_envelope(names: frozenset[str], keys: Keys) -> bool:
