@@ -66,7 +66,6 @@ _LINE_VALUE = re.compile(
 )
 
 _FIRST_MEMBER = re.compile(r'\{[ \t\n\r]*+"([^"\\\n]*+)"[ \t\n\r]*+:')
-_OPENER = re.compile(r'\{[ \t\n\r]*+"(?:[^"\\\n]|\\.)*+"[ \t\n\r]*+:')
 # The boundary of two objects written back to back on one line.
 _PACKED = re.compile(r"\}[ \t]*+(?=\{[ \t]*+\")")
 # A member name outside any value: what is left of an object that lost its `{`.
@@ -256,12 +255,12 @@ def scan_values(text: str, items_path: ItemsPath, keys: Keys) -> ValuesScan | No
             anomalies.extend(_shifted_anomaly(a, start) for a in inner.anomalies)
             truncated = truncated or (inner.truncated and end >= n)
             kinds.append("array")
-        elif items_path and _plain_item(value, items_path[0], keys):
+        elif items_path and _plain_item(plain := _keys_of(value), items_path[0], keys):
             # An intact object that is no report and no envelope (most lines): an item,
             # without scanning it a second time.
             candidates.append(_candidate(span, closure, depth, defect))
             kinds.append("item")
-            names = _keys_of(value)
+            names = plain
         elif items_path:
             inner = scan_leniently(value, items_path)
             if inner.items_found:
@@ -345,7 +344,7 @@ def _packed_boundary(text: str, start: int, end: int) -> int | None:
     packed = _PACKED.search(text, start + 1, end)
     if packed is not None:
         cuts.append(packed.end())
-    for opener in _OPENER.finditer(text, start + 1, end):
+    for opener in lexis.OBJECT_WITH_MEMBER.finditer(text, start + 1, end):
         before = lexis.last_non_ws(text, opener.start())
         if text[before] not in ":[,":
             cuts.append(opener.start())
@@ -377,8 +376,7 @@ def _keys_of(value: str) -> frozenset[str]:
     return frozenset(parsed) if isinstance(parsed, dict) else frozenset()
 
 
-def _plain_item(value: str, items_key: str, keys: Keys) -> bool:
-    names = _keys_of(value)
+def _plain_item(names: frozenset[str], items_key: str, keys: Keys) -> bool:
     return bool(names) and items_key not in names and not _is_envelope(names, keys)
 
 

@@ -40,6 +40,9 @@ TOKEN = re.compile(
 """One strict JSON token after optional whitespace; the group named by ``lastgroup``
 says which kind (string, number, literal, punct)."""
 
+OBJECT_WITH_MEMBER = re.compile(r'\{[ \t\n\r]*+"(?:[^"\\\n]|\\.)*+"[ \t\n\r]*+:')
+"""`{` and a member name: what an item looks like, as opposed to braces in prose."""
+
 WORD = re.compile(r"[A-Za-z0-9_.+\-]++")
 """A run that looks like a bare token: literals, numbers and junk such as NaN."""
 

@@ -86,8 +86,6 @@ def bracket_extent(text: str, start: int) -> tuple[int, Closure, int]:
 
 _ROOT_OBJECT = re.compile(r"\{[ \t\n\r]*+(?:[\"}]|\Z)")
 _ROOT_ARRAY = re.compile(r"\[[ \t\n\r]*+[{\]]")
-# `{` and a member name: what an item looks like, as opposed to braces in prose.
-_OBJECT_WITH_MEMBER = re.compile(r'\{[ \t\n\r]*+"(?:[^"\\\n]|\\.)*+"[ \t\n\r]*+:')
 _ROOT_ARRAY_LINE = re.compile(r"^[ \t]*+(\[)[ \t]*+\r?$", re.MULTILINE)
 _VALUE_START = frozenset('{["-0123456789tfn')
 # Containers this shallow take the fast path even next to a dead-quote region: the
@@ -271,7 +269,7 @@ class _Scanner:
         """
         if self.container is None:
             return
-        found = _OBJECT_WITH_MEMBER.search(self.text, start, end)
+        found = lexis.OBJECT_WITH_MEMBER.search(self.text, start, end)
         if found is None:
             return
         first = lexis.skip_ws(self.text, start)
@@ -407,7 +405,7 @@ class _Scanner:
             resume = self.n if found < 0 else found
             container = self.container
             if container is not None and pos >= container.end:
-                if _OBJECT_WITH_MEMBER.match(self.text, pos):
+                if lexis.OBJECT_WITH_MEMBER.match(self.text, pos):
                     # An object where a member should be is no envelope: an item. If the
                     # first item was too damaged to teach the signature, this one does.
                     self._learn_signature(pos, including=True)
