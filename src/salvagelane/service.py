@@ -455,8 +455,14 @@ class Service:
         fires: list[Fire] = []
         for instruction in self._definitions.values():
             schedule = instruction.schedule
+            # The schedule is owned from when the scheduler started, not from now: its
+            # first fire may come before this line, and a node that dies inside that
+            # fire's claim must leave it for the next leader to settle.
             since = self._store.register_schedule(
-                instruction.id, cron=schedule.cron, timezone=schedule.timezone, now=now
+                instruction.id,
+                cron=schedule.cron,
+                timezone=schedule.timezone,
+                now=now if scheduler_since is None else min(scheduler_since, now),
             )
             lower = max(since, now - self._settings.look_back)
             self._settled[instruction.id] = lower

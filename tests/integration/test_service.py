@@ -199,6 +199,22 @@ def test_a_fire_the_new_scheduler_claimed_first_hides_no_gap(project: Path, stor
     assert fires == []
 
 
+def test_a_schedule_is_owned_from_when_its_first_scheduler_started(
+    project: Path, store: Store
+) -> None:
+    """Found in CI: the first leader's scheduler fired at once, before its catch-up
+    registered the schedule, and died inside that fire's claim. The schedule counted from
+    after the fire, so the next leader neither caught it up nor recorded it missed."""
+    edit(project, 'cron: "20 5 * * *"', 'cron: "*/10 * * * *"')
+    first = make_service(project, store)
+    # Started 04:49:59; its scheduler fired 04:50 (never committed); catch-up ran at 04:50:01.
+    first.catch_up(at(0, 4, 50, 1), scheduler_since=at(0, 4, 49, 59))
+
+    fires = make_service(project, store).catch_up(at(0, 4, 55), scheduler_since=at(0, 4, 55))
+
+    assert [fire.scheduled_for for fire in fires] == [at(0, 4, 50)]
+
+
 def test_a_fire_a_dead_node_never_claimed_is_missed_below_newer_rows(
     project: Path, store: Store
 ) -> None:
