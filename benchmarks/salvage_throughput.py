@@ -910,6 +910,7 @@ def profile(docs: Sequence[Doc], top: int) -> None:
 ADVERSARIAL: dict[str, Callable[[int], str]] = {
     "open quotes": lambda n: '{"recommendations": [' + '{"rank": 1, "why": "x, ' * n,
     "open brackets": lambda n: '{"recommendations": [' + "[{" * (4 * n),
+    "unclosed array items": lambda n: '{"recommendations": [' + '{"rank": 1}, [{"rank": 2}, ' * n,
     "quote damage each item": lambda n: (
         '{"recommendations": ['
         + ", ".join(

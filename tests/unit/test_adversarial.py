@@ -6,6 +6,8 @@ reason every hostile candidate is quarantined under.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import signal
 import subprocess
@@ -24,6 +26,7 @@ from salvagelane.core import (
     Status,
     salvage,
     scan,
+    speedups,
 )
 from salvagelane.core.strict import is_strict_document, validate_iteratively
 from tests.support.guards import time_limit
@@ -640,6 +643,35 @@ def test_quotes_that_never_close_cost_linear_work(raw: str) -> None:
     assert {"id": 1} in accepted(result) if '{"id": 1}' in raw else not result.items
     assert result.document_valid is False
     assert result.quarantined or result.envelope_issues
+
+
+@pytest.mark.parametrize("loops", ["compiled", "python"])
+def test_a_chain_of_unclosed_array_items_costs_linear_work(loops: str) -> None:
+    # Each array-shaped item is checked for closing well formed (then it is one value):
+    # unclosed, each check reads to the end of the text, so n of them would read n^2/2
+    # characters. The checks share a budget of twice the text. Every check the scanner
+    # makes to the end of the text is counted here (the real loop answers each one).
+    raw = '{"items": [' + '{"id": 1}, [{"id": 2}, ' * 2_000
+    read = []
+    with speedups.use_python() if loops == "python" else contextlib.nullcontext():
+        real = speedups.match_container
+
+        def counted(text: str, start: int, bound: int) -> tuple[int, int] | None:
+            if bound == len(text):
+                read.append(bound - start)
+            return real(text, start, bound)
+
+        speedups.match_container = counted
+        try:
+            result = run(raw)
+        finally:
+            speedups.match_container = real
+    assert sum(read) <= 3 * len(raw)
+    # After the first unclosed `[` every object may be nested in it: held, none lost.
+    assert accepted(result) == [{"id": 1}]
+    held = [(q.span.start, q.span.end) for q in result.quarantined]
+    assert len(held) == 3 * 2_000 - 1
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(held))
 
 
 def test_scan_of_hostile_text_stays_within_its_step_bound() -> None:

@@ -199,14 +199,18 @@ def test_no_answer_without_a_proof(text: str, path: ItemsPath) -> None:
 
 
 def test_a_list_item_holding_item_shaped_objects_is_one_candidate() -> None:
-    # The lenient scan takes the first item-shaped object inside the list for an item
-    # left open and quarantines the rest as misplaced; the strict pass reads the
-    # document as it is: one element, a list, quarantined as not an object.
+    # Both passes read the document as it is: one element, a list, quarantined as not
+    # an object. (The lenient scan once cut such a list at its first item-shaped object,
+    # so a report read without the compiled strict pass lost it differently.)
     text = (
         '[{"rank": 1, "id": "a"}, [{"rank": 2, "id": "b"}, {"rank": 3, "id": "c"}], '
         '{"rank": 4, "id": "d"}]'
     )
-    assert not _clean(scan_leniently(text, ()))
+    lenient = scan_leniently(text, ())
+    assert _clean(lenient)
+    strict = scan_strict(text, ())
+    assert strict is not None
+    assert [c.span for c in lenient.candidates] == [c.span for c in strict.candidates]
     result = salvage(text, SalvagePolicy(items_path=()))
     assert result.document_valid
     assert [item.data for item in result.items] == [{"rank": 1, "id": "a"}, {"rank": 4, "id": "d"}]

@@ -83,6 +83,31 @@ def skip_to_bracket(text: str, pos: int, bound: int) -> int:
     return match.end() if match else pos
 
 
+def container_end(text: str, start: int, bound: int) -> tuple[int, int] | None:
+    """``(end, depth)`` of the well-formed container opening at ``start`` and closed
+    before ``bound``, at any depth; None if there is none (the reference of the compiled
+    ``match_container``)."""
+    opener = text[start] if start < bound else ""
+    if opener not in ("{", "["):
+        return None
+    stack = [opener]
+    depth = 1
+    pos = start + 1
+    while True:
+        pos = skip_to_bracket(text, pos, bound)
+        if pos >= bound or text[pos] == '"':
+            return None  # not closed before bound, or a string that is not well formed
+        char = text[pos]
+        if char == "{" or char == "[":
+            stack.append(char)
+            depth = max(depth, len(stack))
+        elif stack.pop() != ("{" if char == "}" else "["):
+            return None
+        elif not stack:
+            return pos + 1, depth
+        pos += 1
+
+
 def skip_ws(text: str, pos: int) -> int:
     if pos >= len(text) or text[pos] not in WHITESPACE:
         return pos  # the usual case in compact output: no regex call

@@ -251,10 +251,15 @@ def _rewrite(text: str, offset: int) -> LosslessRepair | None:
             out.append(token)
             continue
         in_key = expect in (_Expect.KEY_OR_CLOSE, _Expect.KEY)
-        if not in_key and stack and expect not in (
-            _Expect.MEMBER_VALUE,
-            _Expect.VALUE_OR_CLOSE,
-            _Expect.ELEMENT,
+        if (
+            not in_key
+            and stack
+            and expect
+            not in (
+                _Expect.MEMBER_VALUE,
+                _Expect.VALUE_OR_CLOSE,
+                _Expect.ELEMENT,
+            )
         ):
             return None  # a value where a comma or a colon belongs
         if kind in ("dq", "sq") and ("\n" in token or "\r" in token):

@@ -168,6 +168,8 @@ class _Scanner:
         self._items_indent: int | None = None  # indentation of laid-out items, once seen
         self._array_is_document = False  # the items array is the whole document
         self._nested_anchor = -1  # a signature read as a damaged item's sub-object
+        self._arrays_checked: dict[int, bool] = {}  # array-shaped candidates: well formed?
+        self._array_budget = 2 * self.n  # characters those checks may read in all
 
     # ----------------------------------------------------------------- driver
 
@@ -683,7 +685,7 @@ class _Scanner:
                 if (
                     anchor == pos
                     and pos != self._nested_anchor
-                    and self._starts_another_item(pos, stack)
+                    and self._starts_another_item(pos, stack, start)
                 ):
                     return self._cut(start, pos, depth, "item not closed before the next item")
                 stack.append(char)
@@ -927,23 +929,42 @@ class _Scanner:
         member = text[pos] == '"' and self._is_member(pos)
         return inner == "[" and text[pos] != "{" and not member
 
-    def _starts_another_item(self, anchor: int, stack: list[str]) -> bool:
-        """Is this signature, met as a bracket inside an open item, a new item?
+    def _starts_another_item(self, anchor: int, stack: list[str], start: int) -> bool:
+        """Is this signature, met as a bracket inside the item opening at ``start``, a
+        new item?
 
         Yes where the grammar allows no value there (an object is open and the ``{``
         does not follow a ``:``); directly inside an array-shaped candidate, when the
-        list's items are objects (that candidate is a damaged item already); and in
-        laid-out output where it opens its own line no deeper than the list's items
-        do: a nested object would be indented further.
+        list's items are objects (that candidate is a damaged item already), unless
+        that array is well formed (then it is one value, as a strict reading has it);
+        and in laid-out output where it opens its own line no deeper than the list's
+        items do: a nested object would be indented further.
         """
         if stack[-1] == "{" and self._prev_char(anchor) != ":":
             return True
-        if stack == ["["]:
+        if stack == ["["] and not self._well_formed_array(start):
             return True
         indent = self._line_indent(anchor)
         return (
             self._items_indent is not None and indent is not None and indent <= self._items_indent
         )
+
+    def _well_formed_array(self, start: int) -> bool:
+        """Whether the array opening at ``start`` closes well formed, no dead-quote
+        region inside it: asked once per array-shaped candidate, so the work stays
+        linear."""
+        known = self._arrays_checked.get(start)
+        if known is None:
+            # A check that fails may have read to the end of the text: charged that much,
+            # so that a chain of unclosed arrays costs linear work (then they are cut).
+            if self._array_budget < self.n - start:
+                known = False
+            else:
+                matched = speedups.match_container(self.text, start, self.n)
+                self._array_budget -= (self.n if matched is None else matched[0]) - start
+                known = matched is not None and not self._dead_overlaps(start, matched[0])
+            self._arrays_checked[start] = known
+        return known
 
     def _line_indent(self, pos: int) -> int | None:
         """The indentation of ``pos`` if only spaces or tabs precede it on its line."""

@@ -36,12 +36,13 @@ V = TypeVar("V")
 
 
 def _python_match_container(text: str, start: int, bound: int) -> tuple[int, int] | None:
-    """What the compiled loop answers, for containers nesting at most three levels."""
+    """What the compiled loop answers: one regex call for the usual shallow item,
+    bracket by bracket deeper."""
     for depth, pattern in enumerate(lexis.SHALLOW_CONTAINERS, start=1):
         shallow = pattern.match(text, start, bound)
         if shallow is not None:
             return shallow.end(), depth
-    return None
+    return lexis.container_end(text, start, bound)
 
 
 def _not_checked(text: str, start: int, end: int) -> int:
@@ -66,7 +67,7 @@ match_container: MatchContainer = (
 )
 """``(end, depth)`` of the well-formed container opening at ``start``, closed before
 ``bound``; None if it is not closed there, a string in it is not well formed, or
-a closer does not match its opener. Python answers only up to depth three."""
+a closer does not match its opener."""
 
 check_strict: CheckStrict = _COMPILED.check_strict if _COMPILED is not None else _not_checked
 """0 when ``text[start:end]`` is not one strict JSON value, else ``STRICT_GRAMMAR``
