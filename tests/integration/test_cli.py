@@ -136,6 +136,28 @@ def test_batch_writes_one_line_per_input_line_in_order() -> None:
     assert out[3]["status"] == "failed"
 
 
+def test_batch_lines_are_ascii_whatever_the_output_held() -> None:
+    # Result lines are written by orjson when they are ASCII; a line that would carry a
+    # raw bidirectional override, an accent or a 30-digit integer is written escaped.
+    raws = [
+        '{"items": [{"a": "caf\u00e9 \u202e"}]} trailing \u202e',
+        '{"items": [{"a": 123456789012345678901234567890}]}',
+        '{"items": [{"a": 1.5, "b": [true, null]}]}',
+    ]
+    stdin = "".join(json.dumps({"raw": raw}) + "\n" for raw in raws).encode()
+    schema = ROOT / "tests" / "fixtures" / "schemas" / "any-object.schema.json"
+    proc = run_cli("salvage", "--schema", str(schema), "--items", "items", "--batch", stdin=stdin)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.isascii()
+    out = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert [[item["data"] for item in result["items"]] for result in out] == [
+        [{"a": "caf\u00e9 \u202e"}],
+        [{"a": 123456789012345678901234567890}],
+        [{"a": 1.5, "b": [True, None]}],
+    ]
+    assert "\\u202e" in proc.stdout.decode().splitlines()[0]
+
+
 def test_batch_summary_prints_a_line_per_input_line_and_the_totals() -> None:
     """Issue 13: --batch --summary printed JSON lines, silently ignoring --summary."""
     lines = [

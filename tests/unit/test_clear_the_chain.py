@@ -16,19 +16,31 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from salvagelane.core import Guardrails
+from salvagelane.core.assembly import _judge_each, _keep_cleared
 from salvagelane.core.guardrails import (
     ChainContext,
     Review,
     clear_the_chain,
+    parse_the_plain,
     review_item,
     under_review,
 )
 from salvagelane.core.records import Span
 from salvagelane.core.scan_values import Candidate, Closure
+from salvagelane.core.scanner import scan
 from salvagelane.core.schema import ItemSchema
 from salvagelane.core.strict import Parsed, parse_item
 from salvagelane.errors import ConfigurationError
-from tests.unit.test_properties import FAST, GENERIC_SCHEMA, ITEM_KEY, guardrails, values
+from tests.unit.test_properties import (
+    FAST,
+    GENERIC_SCHEMA,
+    ITEM_KEY,
+    _mutate,
+    edits,
+    guardrails,
+    reports,
+    values,
+)
 
 SCHEMAS = [
     None,
@@ -42,6 +54,21 @@ SCHEMAS = [
     # A regex both read alike: jsonschema-rs clears what it finds valid.
     ItemSchema.compile(
         {"type": "object", "properties": {"candidate": {"pattern": "^o"}}}, source="alike"
+    ),
+    # Every value coercion could touch: with coerce on, an item this schema accepts
+    # still clears (coerce() changes nothing the schema accepts), one it refuses never.
+    ItemSchema.compile(
+        {
+            "type": "object",
+            "properties": {
+                ITEM_KEY: {"type": "integer"},
+                "candidate": {"type": ["boolean", "null"]},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "x": {"type": "string", "format": "date"},
+                "a": {"type": "object", "properties": {"b": {"type": "number"}}},
+            },
+        },
+        source="coercible",
     ),
 ]
 
@@ -192,3 +219,25 @@ def test_each_verdict_is_the_items_own(
     reviews = [_review(item) for item in batch]
     together = clear_the_chain([r.candidate for r in reviews], [r.data for r in reviews], ctx)
     assert together == [clears_the_chain(r, ctx) for r in reviews]
+
+
+@FAST
+@given(report=reports(), mutations=st.none() | edits, limits=guardrails, allowed=allow_lists)
+def test_a_broken_reports_items_get_the_chains_verdicts(
+    report: Any, mutations: Any, limits: Guardrails, allowed: dict[str, frozenset[str]]
+) -> None:
+    # The lenient path parses each plain item once and clears them together (issue 28):
+    # the outcome is the chain's, item by item, parse and all.
+    raw = report.text if mutations is None else _mutate(report.text, mutations)
+    candidates = scan(raw, report.items_path).candidates
+    for schema in (GENERIC_SCHEMA, SCHEMAS[-1]):
+        ctx = _context(limits, allowed, schema)
+        by_chain = _judge_each(raw, candidates, None, None, ctx)
+        values = parse_the_plain(raw, candidates, ctx)
+        cleared = clear_the_chain(candidates, values, ctx)
+        together = (
+            _keep_cleared(candidates, values, ctx.guardrails)
+            if all(cleared)
+            else _judge_each(raw, candidates, values, cleared, ctx)
+        )
+        assert together == by_chain

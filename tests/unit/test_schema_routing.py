@@ -10,7 +10,6 @@ import copy
 import dataclasses
 from typing import Any
 
-import jsonschema
 import jsonschema_rs
 import pytest
 from hypothesis import given, settings
@@ -211,9 +210,42 @@ def test_an_unknown_dialect_in_a_bundled_schema_is_refused_at_load() -> None:
 # ----------------------------------------------------------------------------- formats
 
 
-def test_the_checked_formats_are_jsonschemas_own_set() -> None:
-    """The fast validator asserts exactly the formats the reference asserted before."""
-    assert set(FORMATS_CHECKED) == set(jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers)
+# The formats jsonschema asserted when salvagelane installed its format packages (until
+# issue 28): both validators still assert every one, with jsonschema-rs's predicates, now
+# that those packages are gone (jsonschema imported them at start-up to use none).
+BAD_VALUE_OF_EACH_FORMAT = {
+    "date": "2025-13-45",
+    "date-time": "2025-11-12 10:00",
+    "duration": "P",
+    "email": "no-at",
+    "hostname": "-bad-.com",
+    "idn-email": "no-at",
+    "idn-hostname": "-bad-.com",
+    "ipv4": "999.1.1.1",
+    "ipv6": "zz::",
+    "json-pointer": "no-slash",
+    "regex": "(",
+    "relative-json-pointer": "x",
+    "time": "25:00:00Z",
+    "uri": "no scheme",
+    "uri-reference": "a b",
+    "uri-template": "{",
+    "uuid": "x",
+}
+
+
+def test_the_checked_formats_are_the_set_jsonschema_asserted() -> None:
+    assert set(FORMATS_CHECKED) == set(BAD_VALUE_OF_EACH_FORMAT)
+
+
+@pytest.mark.parametrize(("name", "bad"), sorted(BAD_VALUE_OF_EACH_FORMAT.items()))
+def test_every_checked_format_is_asserted_by_both_validators(name: str, bad: str) -> None:
+    compiled = ItemSchema.compile({"format": name})
+    assert compiled.fast is not None
+    signal = compiled.check(bad)
+    assert signal is not None
+    assert signal.code == "format"
+    assert compiled.explain(bad) is not None
 
 
 @pytest.mark.parametrize("name", ["iri", "iri-reference", "no-such-format"])

@@ -30,6 +30,7 @@ from salvagelane.core.guardrails import (
     check_size,
     clear_the_chain,
     new_context,
+    parse_the_plain,
     rank_within_limit,
     review_item,
     select_within_limit,
@@ -176,8 +177,12 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
         )
     ctx = new_context(limits, policy.item_schema)
     candidates = scanned.candidates
-    cleared = None if values is None else clear_the_chain(candidates, values, ctx)
-    if values is not None and cleared is not None and all(cleared):
+    if values is None:
+        # Broken output: each intact item is parsed on its own, then all are cleared at
+        # once as a valid report's are, from what the scan measured (depth, span).
+        values = parse_the_plain(raw, candidates, ctx)
+    cleared = clear_the_chain(candidates, values, ctx)
+    if all(cleared):
         accepted, rejected = _keep_cleared(candidates, values, limits)
     else:
         accepted, rejected = _judge_each(raw, candidates, values, cleared, ctx)

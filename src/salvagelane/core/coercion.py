@@ -134,6 +134,8 @@ def _date(
 
 def _resolve(node: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
     """Follow local ``$ref``s (``#/$defs/...``); anything else is left as it is."""
+    if "$ref" not in node:
+        return node  # the usual case, asked for every value
     for _ in range(16):  # a bound, not a depth: local refs can form cycles
         ref = node.get("$ref")
         if not isinstance(ref, str) or not ref.startswith("#/"):

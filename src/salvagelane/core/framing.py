@@ -16,6 +16,7 @@ no I/O, never raises on any ``str``.
 from __future__ import annotations
 
 import enum
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -33,6 +34,7 @@ from salvagelane.core.scan_values import (
     EnvelopeField,
     ItemsPath,
     ScanResult,
+    new_candidate,
 )
 from salvagelane.core.scanner import bracket_extent, scan_leniently, scan_strict
 from salvagelane.core.strict import is_strict_document
@@ -125,6 +127,18 @@ def scan_framed(
                 no_envelope=False,
                 report=wrapped[1],
             )
+    if framing is Framing.AUTO and _items_key_absent(text, items_path):
+        # No document holds the items here: the values reading comes first, and the
+        # document scan (member by member, the slow part on many small objects) runs
+        # only if that finds no values, for the envelope of a report cut before its items.
+        values = scan_values(text, items_path, keys if keys is not None else _NO_KEYS)
+        if values is not None and values.found is not Found.DOCUMENT:
+            return Framed(
+                scan=values.scan,
+                found=values.found,
+                strict=False,
+                no_envelope=not values.has_envelope,
+            )
     scanned = scan_leniently(text, items_path)
     if framing is Framing.DOCUMENT or (
         framing is Framing.AUTO and scanned.items_found and not _parts_in_blocks(text, scanned)
@@ -139,6 +153,14 @@ def scan_framed(
         strict=False,
         no_envelope=bool(items_path) and not values.has_envelope,
     )
+
+
+def _items_key_absent(text: str, items_path: ItemsPath) -> bool:
+    """Whether the items key is written nowhere in ``text`` (nor could be, escaped), so
+    that the document scan can find no items array."""
+    if not items_path or "\\u" in text:
+        return False
+    return json.dumps(items_path[0], ensure_ascii=False) not in text
 
 
 def _parts_in_blocks(text: str, scanned: ScanResult) -> bool:
@@ -250,6 +272,14 @@ def scan_values(text: str, items_path: ItemsPath, keys: Keys) -> ValuesScan | No
         span = Span(start=start, end=end)
         value = text[start:end]
         if text[start] == "[":
+            # A valid array (a bare array of items, most often) in the one compiled pass
+            # that proves it strict, with spans in place; the lenient scan otherwise.
+            strict = scan_strict(value, (), offset=start) if closure is Closure.CLOSED else None
+            if strict is not None:
+                candidates.extend(strict.candidates)
+                kinds.append("array")
+                pos = max(end, start + 1)
+                continue
             inner = scan_leniently(value, ())
             candidates.extend(_shifted_candidate(c, start) for c in inner.candidates)
             anomalies.extend(_shifted_anomaly(a, start) for a in inner.anomalies)
@@ -295,7 +325,10 @@ def scan_values(text: str, items_path: ItemsPath, keys: Keys) -> ValuesScan | No
     ):
         return None
     candidates.sort(key=lambda c: c.span.start)
-    numbered = tuple(replace(c, index=i) for i, c in enumerate(candidates))
+    numbered = tuple(
+        new_candidate(i, c.span, c.closure, c.depth, c.defect, c.stray)
+        for i, c in enumerate(candidates)
+    )
     root = Span(start=first_start, end=last_end)
     found = Found.LINES
     if kinds == ["document"] or (kinds == ["array"] and not items_path):

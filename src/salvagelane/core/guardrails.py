@@ -36,6 +36,8 @@ from salvagelane.core.strict import Parsed, describe, parse_item
 from salvagelane.errors import ConfigurationError
 
 _UNPARSED: Any = object()
+UNPARSED: Any = _UNPARSED
+"""No value yet: the chain parses the item (see :func:`parse_the_plain`)."""
 _ABSENT: Any = object()  # a field the item does not have
 _ALLOW_LIST_PREVIEW = 12
 
@@ -251,9 +253,13 @@ def require_object(review: Review, ctx: ChainContext) -> Review | Rejection:
 
 
 def normalise(review: Review, ctx: ChainContext) -> Review | Rejection:
-    if not ctx.guardrails.coerce or ctx.schema is None:
+    schema = ctx.schema
+    if not ctx.guardrails.coerce or schema is None or schema.surely_valid(review.data):
+        # An item the schema accepts has nothing to normalise: every value already has
+        # a type its schema allows (and a date its format), so coerce() would change
+        # nothing. Asked first because the walk costs far more than the verdict.
         return review
-    data, coercions, ambiguous = coerce(review.data, ctx.schema.schema)
+    data, coercions, ambiguous = coerce(review.data, schema.schema)
     if ambiguous is not None:
         # Read one way it might pass the schema: refused, with the readings, not guessed.
         return Rejection(reason=Reason.SCHEMA, signal=ambiguous)
@@ -337,6 +343,34 @@ ITEM_CHAIN: tuple[Step, ...] = (
 )
 
 
+def parse_the_plain(raw: str, candidates: Sequence[Candidate], ctx: ChainContext) -> list[Any]:
+    """Each candidate's strict value where the chain's first steps surely pass it
+    (closed, not stray, no deeper and no longer than the limits, as the scan measured
+    it) and it parses; :data:`UNPARSED` otherwise, for the chain to say why.
+
+    The lenient path's values for :func:`clear_the_chain`: a broken report's intact
+    items are then cleared all at once, as a valid report's are, and only the others
+    run the chain (which does not parse them again).
+    """
+    limits = ctx.guardrails
+    max_depth, max_length = limits.max_depth, limits.max_string_length
+    closed, unparsed = Closure.CLOSED, _UNPARSED
+    values: list[Any] = []
+    for candidate in candidates:
+        span = candidate.span
+        if (
+            candidate.closure is not closed
+            or candidate.stray
+            or candidate.depth > max_depth
+            or span.end - span.start > max_length  # check_size: no longer token in it
+        ):
+            values.append(unparsed)
+            continue
+        parsed = parse_item(raw[span.start : span.end], offset=span.start)
+        values.append(parsed.value if isinstance(parsed, Parsed) else unparsed)
+    return values
+
+
 def clear_the_chain(
     candidates: Sequence[Candidate], values: Sequence[JSONValue], ctx: ChainContext
 ) -> list[bool]:
@@ -349,8 +383,8 @@ def clear_the_chain(
     """
     limits = ctx.guardrails
     schema = ctx.schema
-    if schema is not None and (limits.coerce or schema.fast is None):
-        return [False] * len(candidates)  # normalise; validate_schema by reference
+    if schema is not None and schema.fast is None:
+        return [False] * len(candidates)  # validate_schema by the reference validator
     closed = Closure.CLOSED
     max_depth = limits.max_depth
     max_length = limits.max_string_length
@@ -393,14 +427,16 @@ def clear_the_chain(
 def _all_allowed(
     values: Sequence[JSONValue], verdicts: list[bool], allow_lists: Mapping[str, frozenset[str]]
 ) -> bool:
-    """Whether every value, each an object, holds only allowed values in its allow-listed
-    fields, asked with one set per field; False is no verdict, and each value is then
-    asked alone (first_not_allowed)."""
-    if not all(verdicts) or any("." in field_path for field_path in allow_lists):
+    """Whether every value still cleared (each an object) holds only allowed values in
+    its allow-listed fields, asked with one set per field; False is no verdict, and each
+    value is then asked alone (first_not_allowed)."""
+    if any("." in field_path for field_path in allow_lists):
         return False
+    # A broken report's damaged items are not cleared: the others are still asked at once.
+    pending = values if all(verdicts) else [v for v, ok in zip(values, verdicts, strict=True) if ok]
     for field_path, allowed in allow_lists.items():
         try:
-            seen = {value.get(field_path, _ABSENT) for value in values}
+            seen = {value.get(field_path, _ABSENT) for value in pending}
         except TypeError:  # a list (or an object) is unhashable
             return False
         seen.discard(_ABSENT)

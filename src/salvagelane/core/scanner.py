@@ -80,6 +80,9 @@ def scan_leniently(text: str, items_path: ItemsPath) -> ScanResult:
 
 def bracket_extent(text: str, start: int) -> tuple[int, Closure, int]:
     """End, closure and nesting depth of the object or array opening at ``start``."""
+    matched = speedups.match_container(text, start, len(text))
+    if matched is not None:  # what scan_brackets answers first, without a scanner
+        return matched[0], Closure.CLOSED, matched[1]
     value = _Scanner(text, ()).scan_brackets(start, anchored=False)
     return value.end, value.closure, value.depth
 

@@ -114,6 +114,16 @@ class ItemSchema:
             raise SchemaError(f"schema reference cannot be resolved: {exc}") from exc
         return tuple(_signal_for(error) for error in errors[:limit])
 
+    def surely_valid(self, instance: JSONValue) -> bool:
+        """True when the fast validator finds ``instance`` valid (final, as in
+        :meth:`check`); False is no verdict."""
+        if self.fast is None:
+            return False
+        try:
+            return bool(self.fast.is_valid(instance))
+        except ValueError:  # a value jsonschema-rs cannot take
+            return False
+
     def check(self, instance: JSONValue) -> CorrectionSignal | None:
         """The best correction signal for ``instance``, or None when it validates.
 

@@ -12,8 +12,7 @@ scanner runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
+import re
 
 from salvagelane.core import lexis, speedups
 from salvagelane.core.records import Span, new_span
@@ -32,17 +31,29 @@ __all__ = ["scan_strict", "scan_wrapped"]
 
 # What the text around a wrapped report may not hold: anything the lenient scan could
 # take for structure (a root, an object outside the report, a string).
-_STRUCTURE = frozenset('{}[]"')
+_STRUCTURE = re.compile(r'[{}\[\]"]')
 
 
-def scan_strict(text: str, items_path: ItemsPath, *, offset: int = 0) -> ScanResult | None:
+def scan_strict(
+    text: str,
+    items_path: ItemsPath,
+    *,
+    offset: int = 0,
+    anomalies: tuple[Anomaly, ...] = (),
+) -> ScanResult | None:
     """What :func:`salvagelane.core.scanner.scan` finds in ``text``, when ``text`` is
     proven one strict JSON document holding a list at ``items_path``; else None.
-    ``offset`` is added to every span: where ``text`` starts in a longer output."""
+    ``offset`` is added to every span: where ``text`` starts in a longer output; the
+    result carries ``anomalies`` (the text around it)."""
     strict_items = speedups.strict_items
     if strict_items is None:
         return None
-    span = new_span if not offset else _shifted_spans(offset)
+    if offset:
+        # Spaces in front, which a strict document may have: every span comes out in
+        # the output's own offsets, made by the compiled builder (a Python closure adding
+        # the offset cost as much as the strict pass itself on a wrapped report).
+        text = " " * offset + text
+    span = new_span
     found = strict_items(text, items_path, span, new_candidate, Closure.CLOSED)
     if found is None:
         return None
@@ -71,7 +82,7 @@ def scan_strict(text: str, items_path: ItemsPath, *, offset: int = 0) -> ScanRes
         candidates,
         envelope,
         False,  # truncated
-        (),  # anomalies
+        anomalies,
         1 + len(candidates) + len(envelope),  # steps
     )
 
@@ -92,25 +103,14 @@ def scan_wrapped(text: str, items_path: ItemsPath) -> tuple[ScanResult, Span] | 
     before, after = text[:start], text[end:]
     if not (before.strip(lexis.WHITESPACE) or after.strip(lexis.WHITESPACE)):
         return None  # not wrapped: scan_strict's case
-    if not _STRUCTURE.isdisjoint(before) or not _STRUCTURE.isdisjoint(after):
-        return None
-    inner = scan_strict(text[start:end], items_path, offset=start)
-    if inner is None:
+    if _STRUCTURE.search(before) or _STRUCTURE.search(after):
         return None
     anomalies = []
     if before.strip(lexis.WHITESPACE):
-        anomalies.append(Anomaly(kind=AnomalyKind.LEADING_TEXT, span=Span(start=0, end=start)))
+        anomalies.append(Anomaly(kind=AnomalyKind.LEADING_TEXT, span=new_span(0, start)))
     if after.strip(lexis.WHITESPACE):
-        anomalies.append(
-            Anomaly(kind=AnomalyKind.TRAILING_TEXT, span=Span(start=end, end=len(text)))
-        )
-    return replace(inner, anomalies=tuple(anomalies)), Span(start=start, end=end)
-
-
-def _shifted_spans(offset: int) -> Callable[[int, int], Span]:
-    """A span builder that adds ``offset``: spans into the output the text came from."""
-
-    def span(start: int, end: int) -> Span:
-        return new_span(start + offset, end + offset)
-
-    return span
+        anomalies.append(Anomaly(kind=AnomalyKind.TRAILING_TEXT, span=new_span(end, len(text))))
+    inner = scan_strict(text[start:end], items_path, offset=start, anomalies=tuple(anomalies))
+    if inner is None:
+        return None
+    return inner, new_span(start, end)
