@@ -7,6 +7,7 @@ call time, by name. Errors name the variable, never a value.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -28,7 +29,19 @@ def api_key(name: str) -> str:
     secret = value.strip()
     # Every secret read here is scrubbed from log lines from now on, wherever it turns up.
     register_secret(secret)
+    if not _PRINTABLE_ASCII.fullmatch(secret):
+        # An HTTP header carries printable ASCII only: sent, such a key fails in the
+        # client with the header quoted (escaped, past a scrub of the raw value) or
+        # crashes on the encoding. Refused here, naming the variable, never the value.
+        raise ConnectorError(
+            f"environment variable {name} holds a control character or a non-ASCII "
+            "character: an API key or token is printable ASCII (check how it was set, "
+            "e.g. a newline from a file or a pasted quote)"
+        )
     return secret
+
+
+_PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]+")
 
 
 def url(name: str, what: str) -> str:

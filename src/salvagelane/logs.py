@@ -388,7 +388,25 @@ def _forms(char: str) -> list[str]:
         forms.append(r"\+")
     elif char == "/":
         forms.append(r"\\/")
+    point = ord(char)
+    if point < 0x20 or 0x7F <= point <= 0x9F:
+        # As repr() and JSON write a control character: `\n`, `\x0b`.
+        forms.append(f"\\\\x{point:02x}")
+        named = _NAMED_ESCAPES.get(char)
+        if named is not None:
+            forms.append("\\\\" + named)
+    if point > 0x7E:
+        # As a bytes repr writes it (an HTTP client quoting a header it refused), and as
+        # a str repr writes an unprintable one (`\xa0`; `\U0001f600`, lower-cased here).
+        forms.append("".join(f"\\\\x{byte:02x}" for byte in char.encode("utf-8", "surrogatepass")))
+        if point <= 0xFF:
+            forms.append(f"\\\\x{point:02x}")
+        elif point > 0xFFFF:
+            forms.append(f"\\\\u{point:08x}")  # `\U0001f600`: 4 digits are the JSON form
     return forms
+
+
+_NAMED_ESCAPES = {"\n": "n", "\t": "t", "\r": "r", "\b": "b", "\f": "f"}
 
 
 def _character(char: str) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from salvagelane._http._call import Deadline
-from salvagelane._http._errors import preview
+from salvagelane._http._errors import json_or_none, preview
 from salvagelane.errors import ProviderError
 
 MiB = 1024 * 1024
@@ -99,10 +99,7 @@ def json_object(
 ) -> dict[str, Any]:
     """The 2xx body as a JSON object, or a non-retryable error quoting what came instead."""
     text = raw.decode("utf-8", errors="replace")
-    try:
-        data: Any = json.loads(text)
-    except json.JSONDecodeError:
-        data = None
+    data = json_or_none(text)
     if not isinstance(data, dict):
         what = "is not JSON" if data is None else "is not a JSON object"
         raise ProviderError(
@@ -117,8 +114,16 @@ def str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+_COUNT_LIMIT = 2**53
+"""Token counts past this are no counts: a provider's number must fit the database's
+BIGINT and a JSON reader's double."""
+
+
 def int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """A count a provider reported, or None when it is not a count one can store."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _COUNT_LIMIT:
+        return value
+    return None
 
 
 # --- a body cut at the cap -------------------------------------------------------------------

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import tenacity
 
-from salvagelane._http._errors import scrub
+from salvagelane._http._errors import retryable_status, scrub
 from salvagelane.errors import ProviderError
 from salvagelane.logs import redact_url
 
@@ -211,16 +211,42 @@ class HttpCaller:
                 headers=headers,
                 timeout=httpx.Timeout(min(self.settings.timeout_seconds, remaining)),
             ) as response:
-                return handle(response)
+                try:
+                    return handle(response)
+                except (ProviderError, httpx.HTTPError):
+                    raise
+                except Exception as exc:
+                    # The readers are total by design; whatever bytes still get past them
+                    # (a value a connector did not expect) end the attempt as a provider
+                    # error by the status's retry rules, never as a crash of the run.
+                    raise _unreadable(shown, response.status_code, exc) from None
         except httpx.TimeoutException as exc:
             raise ProviderError(
                 f"{shown}: timed out ({type(exc).__name__})", retryable=True
+            ) from None
+        except (httpx.LocalProtocolError, UnicodeEncodeError) as exc:
+            # The request could not be written (a header value no HTTP header can carry):
+            # asking again sends the same request. The client's message quotes the value.
+            raise ProviderError(
+                f"{shown}: the request could not be sent ({type(exc).__name__}): a header "
+                "value is not printable ASCII",
+                retryable=False,
             ) from None
         except httpx.TransportError as exc:
             message = scrub(str(exc).replace(url, shown), secret)
             raise ProviderError(
                 f"{shown}: connection failed ({type(exc).__name__}: {message})", retryable=True
             ) from None
+
+
+def _unreadable(shown: str, status: int, exc: Exception) -> ProviderError:
+    # Only the exception's type: its text may quote the body, which may hold anything.
+    retryable = not 200 <= status < 300 and retryable_status(status)
+    return ProviderError(
+        f"{shown}: HTTP {status}: the response could not be read ({type(exc).__name__})",
+        status=status,
+        retryable=retryable,
+    )
 
 
 def _is_retryable(exc: BaseException) -> bool:

@@ -28,6 +28,16 @@ QUOTA_CODES = frozenset(
 PREVIEW_CHARS = 200
 
 
+def json_or_none(text: str) -> Any:
+    """``text`` as JSON, or None when a provider's body is not JSON a parser can take:
+    malformed, nested past the parser's recursion (``[`` a hundred thousand times), or
+    holding an integer past Python's digit limit. Never raises."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        return None
+
+
 def retryable_status(status: int, code: str | None = None) -> bool:
     """Whether an HTTP status (with the provider's error code) is worth another attempt."""
     return (status in RETRYABLE_STATUSES or status >= 500) and code not in QUOTA_CODES
@@ -51,8 +61,8 @@ def retry_after(headers: httpx.Headers) -> float | None:
     except ValueError:
         try:
             seconds = parsedate_to_datetime(value).timestamp() - time.time()
-        except (TypeError, ValueError, IndexError):
-            return None
+        except (TypeError, ValueError, IndexError, OverflowError, OSError):
+            return None  # not a date, or one no clock reaches (year 99999999999999999999)
     return max(seconds, 0.0) if math.isfinite(seconds) else None
 
 
@@ -84,10 +94,7 @@ def http_error(url: str, response: httpx.Response, raw: bytes, secret: str | Non
     text = raw.decode("utf-8", errors="replace")
     code: str | None = None
     detail = preview(text, secret)
-    try:
-        data: Any = json.loads(text)
-    except json.JSONDecodeError:
-        data = None
+    data = json_or_none(text)
     error = data.get("error") if isinstance(data, dict) else None
     if isinstance(error, dict):
         code = error_code(error)
@@ -116,7 +123,7 @@ def error_in_body(
     its native code, as no status line says whether it is transient."""
     code = error_code(error) if isinstance(error, dict) else None
     message = error.get("message") if isinstance(error, dict) else error
-    detail = scrub(str(message), secret)[:PREVIEW_CHARS] if message else "no message"
+    detail = scrub(_text_of(message), secret)[:PREVIEW_CHARS] if message else "no message"
     return ProviderError(
         f"{url}: HTTP {status}: {what}" + (f" ({code})" if code else "") + f": {detail}",
         status=status,
@@ -125,12 +132,23 @@ def error_in_body(
     )
 
 
+def _text_of(value: Any) -> str:
+    """A provider's value as text for a message: a string as it is, anything else as
+    JSON, or its type when even that fails (nesting deeper than the encoder goes)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value)
+    except (ValueError, TypeError, RecursionError):
+        return f"({type(value).__name__} too deep to show)"
+
+
 def unexpected_body(
     url: str, status: int, data: Mapping[str, Any], secret: str | None, expected: str
 ) -> ProviderError:
     """The non-retryable error for a 2xx JSON object lacking what the provider promised."""
     return ProviderError(
-        f"{url}: HTTP {status}: expected {expected}: {preview(json.dumps(data), secret)}",
+        f"{url}: HTTP {status}: expected {expected}: {preview(_text_of(data), secret)}",
         status=status,
         retryable=False,
     )

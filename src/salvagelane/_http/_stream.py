@@ -8,7 +8,6 @@ text arrived, the partial text kept with ``stream_error`` set, never retried.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ import httpx
 
 from salvagelane._http._body import iter_capped
 from salvagelane._http._call import Deadline
-from salvagelane._http._errors import preview, scrub
+from salvagelane._http._errors import json_or_none, preview, scrub
 from salvagelane._http._sse import ServerSentEvent, SseEventTooLarge, decode_utf8, iter_events
 from salvagelane.errors import ProviderError
 
@@ -63,10 +62,7 @@ def is_event_stream(response: httpx.Response) -> bool:
 
 def event_object(url: str, event: ServerSentEvent, secret: str | None, what: str) -> dict[str, Any]:
     """The JSON object in an event's data, or a non-retryable error naming ``what`` it is."""
-    try:
-        data: Any = json.loads(event.data)
-    except json.JSONDecodeError:
-        data = None
+    data = json_or_none(event.data)
     if not isinstance(data, dict):
         raise ProviderError(
             f"{url}: HTTP 200: {what} is not a JSON object: {preview(event.data, secret)}",

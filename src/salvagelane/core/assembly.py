@@ -8,6 +8,7 @@ environment, and it never raises on any ``str``.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -62,6 +63,7 @@ from salvagelane.core.schema import ItemSchema
 from salvagelane.core.strict import (
     Parsed,
     is_strict_document,
+    member_path,
     new_parsed,
     parse_item,
     read_items,
@@ -418,6 +420,10 @@ def _quarantine(
     return _quarantined(raw, [(candidate, rejection)], limits)[0]
 
 
+_UNUSABLE_KEY = re.compile("[\x00\ud800-\udfff]")
+"""A character no consumer of a report takes in a member name."""
+
+
 def _assemble_envelope(
     raw: str,
     fields: tuple[EnvelopeField, ...],
@@ -437,6 +443,20 @@ def _assemble_envelope(
         occurrences[member.path] = occurrences.get(member.path, 0) + 1
     reported_duplicates: set[tuple[str, ...]] = set()
     for member in fields:
+        if any(_UNUSABLE_KEY.search(key) for key in member.path):
+            # Kept, it would make the report undeliverable: no UTF-8 encoder, JSON sink
+            # or database text column takes a lone surrogate, and NUL ends C strings.
+            where = "$"
+            for key in member.path:
+                where = member_path(where, key)  # JSON-escaped: the path itself is safe
+            issues.append(
+                EnvelopeIssue(
+                    path=where,
+                    problem="the member's name holds a NUL or a lone surrogate: not taken",
+                    span=member.span,
+                )
+            )
+            continue
         problem = _envelope_problem(raw, member, occurrences[member.path], ctx, document)
         if isinstance(problem, str):
             if occurrences[member.path] > 1:
