@@ -35,9 +35,7 @@ from salvagelane.core.speedups import builder
 from salvagelane.core.strict import Parsed, describe, parse_item
 from salvagelane.errors import ConfigurationError
 
-_UNPARSED: Any = object()
-UNPARSED: Any = _UNPARSED
-"""No value yet: the chain parses the item (see :func:`parse_the_plain`)."""
+_UNPARSED: Any = object()  # no value yet: the chain parses the item
 _ABSENT: Any = object()  # a field the item does not have
 _ALLOW_LIST_PREVIEW = 12
 
@@ -346,7 +344,7 @@ ITEM_CHAIN: tuple[Step, ...] = (
 def parse_the_plain(raw: str, candidates: Sequence[Candidate], ctx: ChainContext) -> list[Any]:
     """Each candidate's strict value where the chain's first steps surely pass it
     (closed, not stray, no deeper and no longer than the limits, as the scan measured
-    it) and it parses; :data:`UNPARSED` otherwise, for the chain to say why.
+    it) and it parses; no value otherwise, for the chain to parse and say why.
 
     The lenient path's values for :func:`clear_the_chain`: a broken report's intact
     items are then cleared all at once, as a valid report's are, and only the others

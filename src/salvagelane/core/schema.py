@@ -131,12 +131,8 @@ class ItemSchema:
         reference; should the reference find nothing to explain (a disagreement the
         test suite did not catch), the reference's verdict stands, as before jsonschema-rs.
         """
-        if self.fast is not None:
-            try:
-                if self.fast.is_valid(instance):
-                    return None
-            except ValueError:
-                pass  # a value jsonschema-rs cannot take: the reference decides
+        if self.surely_valid(instance):
+            return None
         return self.explain(instance)
 
     def explain(self, instance: JSONValue) -> CorrectionSignal | None:
