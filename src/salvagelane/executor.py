@@ -168,6 +168,8 @@ class RunOutcome:
     best_attempt: int | None
     error: str | None
     deliveries: tuple[DeliveryOutcome, ...] = ()
+    # Of ``quarantined``, those past guardrails.max_quarantined: counted, not stored.
+    folded: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def quarantined_total(self) -> int:
@@ -372,6 +374,7 @@ class Executor:
                 seconds=self._monotonic() - began,
                 kept=outcome.kept,
                 quarantined=outcome.quarantined,
+                folded=outcome.folded,
             )
             # --- end telemetry ---
             log.info(
@@ -515,7 +518,8 @@ class Executor:
                 attempt=number,
                 status=str(result.status),
                 accepted=len(result.items),
-                quarantined=len(result.quarantined),
+                quarantined=result.quarantined_total,
+                folded=result.folded_total,
                 truncated=result.truncated,
             )
             if not wants_retry(trigger, enabled=enabled, attempts_left=attempts_left):
@@ -737,6 +741,7 @@ class Executor:
             kept=len(result.items),
             candidates=int(counts["candidates"]),
             quarantined=dict(counts["by_reason"]),
+            folded=dict(result.folded),
             finish_reason=str(completion.finish_reason),
             native_finish_reason=completion.native_finish_reason,
             attempts=len(state.attempts),

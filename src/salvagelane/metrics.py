@@ -46,7 +46,7 @@ from prometheus_client.registry import Collector
 
 from salvagelane.errors import ConfigurationError, StoreError
 from salvagelane.logs import get_logger
-from salvagelane.telemetry import fire_lag_seconds
+from salvagelane.telemetry import NOTHING_FOLDED, fire_lag_seconds
 from salvagelane.vocabulary import RunStatus, Trigger
 
 if TYPE_CHECKING:
@@ -157,6 +157,13 @@ class Metrics:
             ["instruction", "reason"],
             registry=registry,
         )
+        self._folded = Counter(
+            f"{PREFIX}_items_folded",
+            "Of the items quarantined, those past guardrails.max_quarantined: counted by "
+            "instruction and reason, with no stored record to review.",
+            ["instruction", "reason"],
+            registry=registry,
+        )
         if state is not None:
             registry.register(StateCollector(state))
         if process:
@@ -207,11 +214,14 @@ class Metrics:
         seconds: float,
         kept: int,
         quarantined: Mapping[str, int],
+        folded: Mapping[str, int] = NOTHING_FOLDED,
     ) -> None:
         self._run_duration.labels(instruction_id, str(status)).observe(max(0.0, seconds))
         self._kept.labels(instruction_id).inc(max(0, kept))
         for reason, count in quarantined.items():
             self._quarantined.labels(instruction_id, reason).inc(max(0, count))
+        for reason, count in folded.items():
+            self._folded.labels(instruction_id, reason).inc(max(0, count))
 
 
 # --- the state, from the database ---------------------------------------------------------------

@@ -18,11 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from types import MappingProxyType
 from typing import Protocol
 
 from salvagelane.vocabulary import RunStatus, Trigger
 
 LAGGED_TRIGGERS = frozenset({Trigger.SCHEDULE, Trigger.CATCH_UP})
+
+NOTHING_FOLDED: Mapping[str, int] = MappingProxyType({})
+"""No quarantined item past the bound (the default of ``run_finished``)."""
 """The triggers of a run that has a fire time to be late for."""
 
 
@@ -65,9 +69,11 @@ class RunObserver(Protocol):
         seconds: float,
         kept: int,
         quarantined: Mapping[str, int],
+        folded: Mapping[str, int] = NOTHING_FOLDED,
     ) -> None:
         """A run ended with ``status`` after ``seconds``, keeping ``kept`` items and
-        holding back ``quarantined`` (by reason) of its chosen attempt."""
+        holding back ``quarantined`` (by reason) of its chosen attempt, ``folded`` of
+        them past the quarantine bound (counted, not stored)."""
 
 
 class NoTelemetry:
@@ -107,6 +113,7 @@ class NoTelemetry:
         seconds: float,
         kept: int,
         quarantined: Mapping[str, int],
+        folded: Mapping[str, int] = NOTHING_FOLDED,
     ) -> None:
         return None
 

@@ -108,7 +108,19 @@ CASES: list[tuple[Any, tuple[Any, ...], Any]] = [
     ),
     (
         new_result,
-        (True, False, True, {"summary": "s"}, (), (), (), "stop", ("a note",), "lines"),
+        (
+            True,
+            False,
+            True,
+            {"summary": "s"},
+            (),
+            (),
+            (),
+            "stop",
+            ("a note",),
+            "lines",
+            {"schema": 3},
+        ),
         SalvageResult(
             document_valid=True,
             truncated=False,
@@ -119,6 +131,7 @@ CASES: list[tuple[Any, tuple[Any, ...], Any]] = [
             finish_reason="stop",
             notes=("a note",),
             framing="lines",
+            folded={"schema": 3},
         ),
     ),
 ]

@@ -61,7 +61,17 @@ def status_notes(run: RunSummary) -> list[str]:
         notes.append(f"the model's output was cut off ({cut}): no review makes it ok")
     if run.operator_approved:
         notes.append(f"{_items(run.operator_approved)} approved by an operator (origin operator)")
+    if run.folded:
+        notes.append(folded_note(run.folded, run.folded_by_reason))
     return notes
+
+
+def folded_note(folded: int, by_reason: Mapping[str, int]) -> str:
+    """What became of the quarantined candidates past the bound of stored records."""
+    return (
+        f"{folded} of the quarantined folded past guardrails.max_quarantined "
+        f"({_by_reason(by_reason)}): counted, not stored; the raw output holds them"
+    )
 
 
 def _repairs(repairs: Sequence[Any]) -> str:
@@ -105,6 +115,8 @@ def run_json(detail: RunDetail, deliveries: Sequence[DeliveryOutcome] = ()) -> d
         "candidates": detail.candidates,
         "quarantined": detail.quarantined_count,
         "quarantined_by_reason": dict(detail.quarantined_by_reason),
+        "folded": detail.folded,
+        "folded_by_reason": dict(detail.folded_by_reason),
         "output_cut": list(detail.output_cut),
         "finish_reason": detail.finish_reason,
         "native_finish_reason": detail.native_finish_reason,
@@ -134,6 +146,8 @@ def run_outcome(
         f"kept         {detail.kept_count} of {detail.candidates} candidates",
         f"quarantined  {quarantined}{reasons}",
     ]
+    if detail.folded:
+        lines.append(f"             {folded_note(detail.folded, detail.folded_by_reason)}")
     if detail.finish_reason is not None:
         native = detail.native_finish_reason
         lines.append(

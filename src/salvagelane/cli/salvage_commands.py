@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from salvagelane.cli.app import EXIT_INVALID
+from salvagelane.core.records import DEFAULT_MAX_QUARANTINED
 from salvagelane.errors import (
     ConfigurationError,
     DefinitionError,
@@ -87,6 +88,13 @@ def _items_path(dotted: str) -> tuple[str, ...]:
     help="Byte cap on the whole output; over it nothing is scanned.",
 )
 @click.option(
+    "--max-quarantined",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_QUARANTINED,
+    show_default=True,
+    help="Most quarantine records; past it the rest are only counted by reason (folded).",
+)
+@click.option(
     "--allow",
     "allow",
     multiple=True,
@@ -153,6 +161,7 @@ def salvage_command(
     max_depth: int,
     max_string_length: int,
     max_bytes: int,
+    max_quarantined: int,
     allow: tuple[str, ...],
     finish_reason: str | None,
     coerce: bool,
@@ -194,6 +203,7 @@ def salvage_command(
             allow_lists=_parse_allow(allow),
             coerce=coerce,
             accept_repairs=AcceptRepairs(repair),
+            max_quarantined=max_quarantined,
         ),
     )
     if batch:
@@ -455,6 +465,9 @@ def render_summary(result: SalvageResult) -> str:
             f"    span {item.span.start}-{item.span.end}, sha256 {line(item.sha256[:12])}"
             + (", best-effort repair attached (not accepted)" if item.has_repair else "")
         )
+    if result.folded:
+        folded = ", ".join(f"{line(reason)} {n}" for reason, n in result.folded.items())
+        lines.append(f"  and {result.folded_total} more folded past --max-quarantined ({folded})")
     for issue in result.envelope_issues:
         lines.append(f"  envelope {line(issue.path)}: {line(issue.problem)}")
     if result.notes:

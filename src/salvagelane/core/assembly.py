@@ -177,7 +177,7 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
         verdict, document, values = read_strict_document(
             raw, scanned.items_path, len(scanned.candidates)
         )
-    ctx = new_context(limits, policy.item_schema)
+    ctx = new_context(limits, policy.item_schema, True)
     candidates = scanned.candidates
     if values is None:
         # Broken output: each intact item is parsed on its own, then all are cleared at
@@ -194,17 +194,19 @@ def salvage(raw: str, policy: SalvagePolicy, *, finish_reason: str | None = None
         issues.append(_missing_envelope(framed.found))
     elif policy.envelope_check is not None and scanned.items_found:
         issues.extend(_envelope_violations(envelope, issues, scanned, policy.envelope_check))
+    recorded, folded = _fold(rejected, limits.max_quarantined)
     return new_result(
         verdict if verdict is not None else _document_valid(raw, scanned),
         scanned.truncated or finish is FinishReason.LENGTH,
         scanned.items_found,
         envelope,
         accepted,
-        _quarantined(raw, rejected, limits),
+        _quarantined(raw, recorded, limits),
         tuple(issues),
         finish_text,
         _notes(scanned, framed.found),
         str(framed.found),
+        folded,
     )
 
 
@@ -275,7 +277,11 @@ def _judge_each(
     ``max_items`` over the survivors; the rejected in the candidates' order."""
     survivors: list[Review] = []
     rejected: list[tuple[Candidate, Rejection]] = []
+    bound = ctx.guardrails.max_quarantined
     for position, candidate in enumerate(candidates):
+        if ctx.explain and len(rejected) == bound:
+            # The rest of the rejected will be folded (_fold): each needs its reason only.
+            ctx = new_context(ctx.guardrails, ctx.schema, False)
         span = candidate.span
         text = raw[span.start : span.end]
         if values is None or cleared is None:
@@ -388,6 +394,22 @@ def _oversize(raw: str, size: int, limits: Guardrails, finish: str | None) -> Sa
         finish_reason=finish,
         notes=("output over the byte cap: not scanned, document validity not checked",),
     )
+
+
+def _fold(
+    rejected: list[tuple[Candidate, Rejection]], bound: int
+) -> tuple[list[tuple[Candidate, Rejection]], dict[str, int]]:
+    """The first ``bound`` rejected candidates, in the candidates' order, and the rest
+    counted by reason: the model chooses how many candidates there are, and each
+    record is a stored row, so past the bound they are folded into a count (the raw
+    output still holds every one)."""
+    if len(rejected) <= bound:
+        return rejected, {}
+    folded: dict[str, int] = {}
+    for _, rejection in rejected[bound:]:
+        reason = str(rejection.reason)
+        folded[reason] = folded.get(reason, 0) + 1
+    return rejected[:bound], folded
 
 
 def _quarantined(

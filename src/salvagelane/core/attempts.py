@@ -92,7 +92,7 @@ def correction_prompt(
     listed = 0
     for item in result.quarantined:
         if listed == _MAX_LISTED_ERRORS:
-            lines.append(f"- and {len(result.quarantined) - listed} more rejected item(s)")
+            lines.append(f"- and {result.quarantined_total - listed} more rejected item(s)")
             break
         if item.reason is Reason.OVER_LIMIT:
             continue
@@ -103,6 +103,10 @@ def correction_prompt(
             f"received {_short(signal.received)}"
         )
         listed += 1
+    else:
+        more = sum(n for reason, n in result.folded.items() if reason != Reason.OVER_LIMIT)
+        if more:
+            lines.append(f"- and {more} more rejected item(s)")
     for issue in result.envelope_issues:
         lines.append(f"- envelope field {issue.path}: {issue.problem}")
     cap = f" (at most {max_items} items)" if max_items is not None else ""
@@ -134,7 +138,7 @@ def best_attempt(scored: Sequence[Scored]) -> Scored | None:
         key=lambda s: (
             _STATUS_RANK[s.result.status],
             len(s.result.items),
-            -len(s.result.quarantined),
+            -s.result.quarantined_total,
             s.number,
         ),
     )

@@ -20,6 +20,7 @@ from salvagelane.core.coercion import coerce
 from salvagelane.core.lossless import AcceptRepairs, repair_losslessly
 from salvagelane.core.records import (
     _NO_REPAIR,
+    DEFAULT_MAX_QUARANTINED,
     Coercion,
     CorrectionSignal,
     JSONValue,
@@ -53,6 +54,9 @@ class Guardrails:
     coerce: bool = False
     accept_repairs: AcceptRepairs = AcceptRepairs.NONE
     snippet_chars: int = 240
+    # The model decides how many candidates an output holds; each quarantined one is a
+    # stored row. Past this many, the rest are only counted by reason (folded).
+    max_quarantined: int = DEFAULT_MAX_QUARANTINED
 
     def __post_init__(self) -> None:
         try:
@@ -62,7 +66,13 @@ class Guardrails:
             raise ConfigurationError(
                 f"guardrails: accept_repairs {self.accept_repairs!r} is not one of {choices}"
             ) from None
-        for name in ("max_bytes", "max_depth", "max_string_length", "snippet_chars"):
+        for name in (
+            "max_bytes",
+            "max_depth",
+            "max_string_length",
+            "snippet_chars",
+            "max_quarantined",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"guardrails: {name} must be at least 1")
         if self.max_items is not None and self.max_items < 0:
@@ -109,9 +119,19 @@ def under_review(candidate: Candidate, text: str, data: JSONValue = _UNPARSED) -
 class ChainContext:
     guardrails: Guardrails
     schema: ItemSchema | None
+    # False past the quarantine bound: a rejection is folded into a count, so only its
+    # reason matters, and the schema's explanation (most of a rejection's cost) is skipped.
+    explain: bool = True
 
 
-new_context = builder(ChainContext, "guardrails", "schema")
+new_context = builder(ChainContext, "guardrails", "schema", "explain")
+
+_FOLDED_SIGNAL = CorrectionSignal(
+    code="schema",
+    path="$",
+    expected="an item the item schema accepts",
+    received="not explained: past guardrails.max_quarantined, the item is only counted",
+)
 
 Step = Callable[[Review, ChainContext], "Review | Rejection"]
 """One guardrail: pass the item on (maybe transformed) or reject it."""
@@ -267,6 +287,10 @@ def normalise(review: Review, ctx: ChainContext) -> Review | Rejection:
 def validate_schema(review: Review, ctx: ChainContext) -> Review | Rejection:
     if ctx.schema is None:
         return review
+    if not ctx.explain:
+        if ctx.schema.is_valid(review.data):
+            return review
+        return Rejection(reason=Reason.SCHEMA, signal=_FOLDED_SIGNAL)
     signal = ctx.schema.check(review.data)
     return review if signal is None else Rejection(reason=Reason.SCHEMA, signal=signal)
 

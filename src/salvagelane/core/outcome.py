@@ -18,11 +18,17 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from salvagelane.core.canonical import canonical_sha256
-from salvagelane.core.records import JSONValue, Repair, RepairKind, SalvageResult
+from salvagelane.core.records import (
+    JSONValue,
+    Repair,
+    RepairKind,
+    SalvageResult,
+    reason_ordered,
+)
 
 OUTCOME_FORMAT = 1
 """Version of the outcome's JSON form; bumped when its meaning changes."""
@@ -64,15 +70,20 @@ class Outcome:
     items: tuple[ItemOutcome, ...]
     quarantined: tuple[QuarantineOutcome, ...]
     envelope_keys: tuple[str, ...]
+    # Rejected candidates past the quarantine bound, by reason (SalvageResult.folded).
+    folded: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, JSONValue]:
-        return {
+        document: dict[str, JSONValue] = {
             "format": OUTCOME_FORMAT,
             "status": self.status,
             "envelope_keys": list(self.envelope_keys),
             "items": [item.to_json() for item in self.items],
             "quarantined": [item.to_json() for item in self.quarantined],
         }
+        if self.folded:  # absent from every outcome recorded before folding existed
+            document["folded"] = reason_ordered(self.folded)
+        return document
 
     @classmethod
     def from_json(cls, document: Any) -> Outcome:
@@ -123,8 +134,15 @@ class Outcome:
                     reason=_string(record.get("reason"), f"{where}.reason"),
                 )
             )
+        folded: dict[str, int] = {}
+        for reason, count in _mapping(root.get("folded", {}), "folded").items():
+            folded[reason] = _index(count, f"folded.{reason}")
         return cls(
-            status=status, items=tuple(items), quarantined=tuple(quarantined), envelope_keys=keys
+            status=status,
+            items=tuple(items),
+            quarantined=tuple(quarantined),
+            envelope_keys=keys,
+            folded=folded,
         )
 
 
@@ -146,6 +164,7 @@ def outcome_of(result: SalvageResult) -> Outcome:
             for item in result.quarantined
         ),
         envelope_keys=tuple(result.envelope),
+        folded=dict(result.folded),
     )
 
 
@@ -163,6 +182,7 @@ class DifferenceKind(enum.StrEnum):
     QUARANTINE_GAINED = "quarantine_gained"
     ORDER = "order"  # the same accepted items in another order
     ENVELOPE_KEYS = "envelope_keys"
+    FOLDED = "folded"  # other counts of candidates past the quarantine bound
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -204,6 +224,8 @@ class Difference:
                 return f"{where} newly quarantined: was {self.expected}, now {self.actual}"
             case DifferenceKind.ORDER:
                 return f"accepted items reordered: {self.expected} -> {self.actual}"
+            case DifferenceKind.FOLDED:
+                return f"folded quarantine changed: {self.expected} -> {self.actual}"
             case _:
                 return f"{self.kind.replace('_', ' ')}: {self.expected} -> {self.actual}"
 
@@ -255,6 +277,14 @@ def compare(expected: Outcome, actual: Outcome) -> list[Difference]:
                 kind=DifferenceKind.ENVELOPE_KEYS,
                 expected=_keys(expected.envelope_keys),
                 actual=_keys(actual.envelope_keys),
+            )
+        )
+    if dict(expected.folded) != dict(actual.folded):
+        differences.append(
+            Difference(
+                kind=DifferenceKind.FOLDED,
+                expected=_counts(expected.folded),
+                actual=_counts(actual.folded),
             )
         )
     return differences
@@ -350,6 +380,12 @@ def repairs_from_json(value: Any, where: str) -> tuple[Repair, ...]:
 
 def _indexes(indexes: Sequence[int]) -> str:
     return "[" + ", ".join(str(i) for i in indexes) + "]"
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    if not counts:
+        return "none"
+    return ", ".join(f"{reason} {n}" for reason, n in reason_ordered(counts).items())
 
 
 def _keys(keys: Sequence[str]) -> str:

@@ -17,6 +17,11 @@ JSONValue = Any
 """A value produced by strict JSON parsing (dict, list, str, int, float, bool, None)."""
 
 
+DEFAULT_MAX_QUARANTINED = 1000
+"""Quarantine records kept per output by default (``Guardrails.max_quarantined``); past
+it the rest are folded: counted by reason, with no record."""
+
+
 class Reason(enum.StrEnum):
     """Why a candidate was quarantined. The order is the guardrail order."""
 
@@ -228,6 +233,15 @@ new_quarantined = builder(
 )
 
 
+def reason_ordered(counts: Mapping[str, int]) -> dict[str, JSONValue]:
+    """``counts`` by reason in the order of :class:`Reason` (an unknown word last)."""
+    order = {reason.value: position for position, reason in enumerate(Reason)}
+    return {
+        reason: counts[reason]
+        for reason in sorted(counts, key=lambda word: (order.get(word, len(order)), word))
+    }
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EnvelopeIssue:
     """An envelope field that could not be recovered intact (never silently dropped)."""
@@ -254,6 +268,8 @@ class SalvageResult:
     finish_reason: str | None = None
     notes: tuple[str, ...] = field(default=())
     framing: str = "document"  # where the items were found (core.framing.Found)
+    # Rejected candidates past Guardrails.max_quarantined: counted by reason, no record.
+    folded: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def status(self) -> Status:
@@ -267,17 +283,35 @@ class SalvageResult:
     def partial(self) -> bool:
         return self.status is Status.PARTIAL
 
+    @property
+    def folded_total(self) -> int:
+        return sum(self.folded.values())
+
+    @property
+    def quarantined_total(self) -> int:
+        """Every rejected candidate, with a record or folded."""
+        return len(self.quarantined) + self.folded_total
+
     def counts(self) -> dict[str, JSONValue]:
-        by_reason: dict[str, int] = {}
+        """The figures of the result. ``quarantined`` and ``by_reason`` count folded
+        candidates too; ``folded`` and ``folded_by_reason`` are present only when some
+        were folded."""
+        by_reason: dict[str, int] = dict(self.folded)
         for item in self.quarantined:
             by_reason[str(item.reason)] = by_reason.get(str(item.reason), 0) + 1
-        ordered = {r.value: by_reason[r.value] for r in Reason if r.value in by_reason}
-        return {
-            "candidates": len(self.items) + sum(1 for q in self.quarantined if q.index is not None),
+        folded = self.folded_total
+        counts: dict[str, JSONValue] = {
+            "candidates": len(self.items)
+            + folded
+            + sum(1 for q in self.quarantined if q.index is not None),
             "accepted": len(self.items),
-            "quarantined": len(self.quarantined),
-            "by_reason": ordered,
+            "quarantined": len(self.quarantined) + folded,
+            "by_reason": reason_ordered(by_reason),
         }
+        if folded:
+            counts["folded"] = folded
+            counts["folded_by_reason"] = reason_ordered(self.folded)
+        return counts
 
     def to_json(self) -> dict[str, JSONValue]:
         return {
@@ -309,6 +343,7 @@ new_result = builder(
     "finish_reason",
     "notes",
     "framing",
+    "folded",
 )
 """``SalvageResult(...)`` by position: built once per salvage, which on a short valid
 report costs no more than this."""

@@ -124,6 +124,16 @@ class ItemSchema:
         except ValueError:  # a value jsonschema-rs cannot take
             return False
 
+    def is_valid(self, instance: JSONValue) -> bool:
+        """The verdict of :meth:`check` without its explanation: the fast validator's
+        "valid", else the reference's verdict, which stops at the first error."""
+        if self.surely_valid(instance):
+            return True
+        try:
+            return bool(self.validator.is_valid(instance))
+        except referencing.exceptions.Unresolvable as exc:
+            raise SchemaError(f"schema reference cannot be resolved: {exc}") from exc
+
     def check(self, instance: JSONValue) -> CorrectionSignal | None:
         """The best correction signal for ``instance``, or None when it validates.
 

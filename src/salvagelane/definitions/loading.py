@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from salvagelane.core import AcceptRepairs, Framing, ItemSchema, parse_items_path
 from salvagelane.core.canonical import canonical_sha256
+from salvagelane.core.records import DEFAULT_MAX_QUARANTINED
 from salvagelane.core.schema_hint import report_hint_schema
 from salvagelane.definitions.context import resolve_allow_lists, resolve_context
 from salvagelane.definitions.cron import cron_problem
@@ -274,6 +275,7 @@ def _build(
             allow_lists=tuple(allow_lists),
             # Optional, so that every definition written before it means what it meant.
             accept_repairs=AcceptRepairs(guardrails_doc.get("accept_repairs", "none")),
+            max_quarantined=guardrails_doc.get("max_quarantined", DEFAULT_MAX_QUARANTINED),
         ),
         context=MappingProxyType(context),
         retry=RetryPolicy(

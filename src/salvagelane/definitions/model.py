@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from salvagelane.core import AcceptRepairs, Framing, Guardrails, ItemSchema, SalvagePolicy
+from salvagelane.core.records import DEFAULT_MAX_QUARANTINED
 from salvagelane.core.schema_hint import report_hint_schema
 from salvagelane.logs import redact_url
 
@@ -125,6 +126,7 @@ class GuardrailSpec:
     coerce: bool
     allow_lists: tuple[AllowListSource, ...] = ()
     accept_repairs: AcceptRepairs = AcceptRepairs.NONE
+    max_quarantined: int = DEFAULT_MAX_QUARANTINED
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -241,6 +243,7 @@ class Instruction:
                 allow_lists=dict(allow_lists),
                 coerce=limits.coerce,
                 accept_repairs=limits.accept_repairs,
+                max_quarantined=limits.max_quarantined,
             ),
         )
 

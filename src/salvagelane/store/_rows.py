@@ -200,6 +200,8 @@ def summary(run: RunRow, figures: RunFigures) -> RunSummary:
         operator_approved=figures.operator_approved,
         quarantined_count=figures.quarantined,
         quarantined_by_reason=dict(figures.quarantined_by_reason),
+        folded=figures.folded,
+        folded_by_reason=dict(figures.folded_by_reason),
         candidates=figures.candidates,
         output_cut=figures.output_cut,
         finish_reason=figures.finish_reason,

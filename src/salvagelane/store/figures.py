@@ -11,6 +11,8 @@ query of the tables tells the same story too. Nothing else counts.
 - **quarantined**: the chosen attempt's quarantined items still held back, ``pending``
   or ``rejected``. An approved one is in the report (counted as kept); ``superseded``
   ones (rejects of attempts that were not chosen) are not counted.
+  Candidates **folded** past ``guardrails.max_quarantined`` (counted by reason in the
+  report's stored counts, with no row) are held back too, for good: no review takes them.
 - **candidates**: the items the chosen attempt's output held (kept by the model plus
   quarantined with an index), fixed when the run ended; reviews do not change it. An
   output over the byte cap holds none: it is quarantined whole.
@@ -61,6 +63,8 @@ class RunFigures:
     operator_approved: int
     quarantined: int
     quarantined_by_reason: Mapping[str, int]
+    folded: int
+    folded_by_reason: Mapping[str, int]
     candidates: int
     finish_reason: str | None
     native_finish_reason: str | None
@@ -146,6 +150,8 @@ def figures_of(session: Session, runs: Sequence[RunRow]) -> dict[str, RunFigures
                 operator_approved=0,
                 quarantined=0,
                 quarantined_by_reason={},
+                folded=0,
+                folded_by_reason={},
                 candidates=0,
                 finish_reason=None if last is None else last.finish_reason,
                 native_finish_reason=None if last is None else last.native_finish_reason,
@@ -161,6 +167,9 @@ def figures_of(session: Session, runs: Sequence[RunRow]) -> dict[str, RunFigures
             if review in HELD_BACK:
                 held[reason] = held.get(reason, 0) + count
         stored = report.counts if isinstance(report.counts, Mapping) else {}
+        folded = _folded(stored.get("folded_by_reason"))
+        for reason, count in folded.items():
+            held[reason] = held.get(reason, 0) + count
         candidates = stored.get("candidates")
         if not isinstance(candidates, int) or isinstance(candidates, bool):
             candidates = by_model + sum(count for _, _, indexed, count in rows if indexed)
@@ -188,12 +197,25 @@ def figures_of(session: Session, runs: Sequence[RunRow]) -> dict[str, RunFigures
             quarantined_by_reason=dict(
                 sorted(held.items(), key=lambda kv: (_REASON_ORDER.get(kv[0], 99), kv[0]))
             ),
+            folded=sum(folded.values()),
+            folded_by_reason=folded,
             candidates=candidates,
             finish_reason=report.finish_reason,
             native_finish_reason=None if call is None else call.native_finish_reason,
             output_cut=cut,
         )
     return figures
+
+
+def _folded(stored: Any) -> dict[str, int]:
+    """The stored ``folded_by_reason`` counts; what is not a count is not counted."""
+    if not isinstance(stored, Mapping):
+        return {}
+    return {
+        str(reason): count
+        for reason, count in stored.items()
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0
+    }
 
 
 def _output_cut(

@@ -8,7 +8,7 @@ JSON columns come back as plain ``dict``/``list`` values.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -101,7 +101,7 @@ class RunSummary:
     ``candidates``, ``output_cut``, ``finish_reason``, ``native_finish_reason``) are the
     ones every view shows, defined once in :mod:`salvagelane.store.figures`: kept counts
     the report's items, an operator's included; quarantined counts the chosen attempt's
-    items still held back (pending or rejected).
+    items still held back (pending or rejected), ``folded`` of them counted only.
     ``scheduled_for`` is the fire a scheduled run claimed (None for manual runs);
     ``fire_attempt`` is 2 for the one retry of an interrupted fire, named by ``retry_of``;
     ``forced``: ``scheduled_for`` is not a fire time of the schedule (``run --force``)."""
@@ -126,6 +126,10 @@ class RunSummary:
     output_cut: tuple[OutputCut, ...]
     native_finish_reason: str | None
     forced: bool = False
+    # Of quarantined_count, the candidates past guardrails.max_quarantined: counted by
+    # reason, with no stored record (the raw output still holds them).
+    folded: int = 0
+    folded_by_reason: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
