@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from salvagelane.call_cut import CallCut
 from salvagelane.connectors import Completion, CompletionRequest, Connector, build_connector
 from salvagelane.context_sources import reference_time
 from salvagelane.core import SalvageResult, salvage
@@ -212,9 +213,12 @@ class Executor:
         delivery_policy: DeliveryPolicy = DEFAULT_POLICY,
         should_stop: StopRequest | None = None,
         telemetry: RunObserver = NO_TELEMETRY,
+        stop_poll_seconds: float = 1.0,
     ):
         self._store = store
         self._should_stop = should_stop
+        # How often a model call in flight asks should_stop (a cancel cuts the call).
+        self._stop_poll_seconds = stop_poll_seconds
         self._telemetry = telemetry  # told each run's events (metrics, issue 17)
         # Where an attempt goes when the database refuses it; by default the spool
         # directory the environment names for this database.
@@ -389,6 +393,37 @@ class Executor:
             return outcome
 
     @contextmanager
+    def _cut_when_stopped(self, cut: CallCut | None) -> Iterator[None]:
+        """While a model call is in flight, ask should_stop every stop_poll_seconds and
+        cut the call once it says so: a cancelled run does not wait for a provider that
+        never answers. The check point after the call ends the run."""
+        if cut is None or self._should_stop is None:
+            yield
+            return
+        asks = self._should_stop
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.wait(self._stop_poll_seconds):
+                try:
+                    stop = asks()
+                except Exception:  # an unanswered question leaves the call running
+                    log.warning("run.cancel_check_failed", exc_info=True)
+                    continue
+                if stop:
+                    log.info("run.call_cut")
+                    cut.cut()
+                    return
+
+        thread = threading.Thread(target=watch, name="cancel-watch", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
+    @contextmanager
     def _heartbeat(self, run_id: str) -> Iterator[None]:
         """Beat while the run executes, so a scheduler can tell a live run from one whose
         process died (the beats stop) without guessing from its age."""
@@ -452,12 +487,26 @@ class Executor:
                 time_limit_seconds=time_left(),
                 # How much of the answer is worth reading (the connector's body cap).
                 max_output_bytes=instruction.guardrails.max_output_bytes,
+                cut=None if self._should_stop is None else CallCut(),
             )
             started = self._clock()
             call_began = self._monotonic()  # telemetry: the call's duration
             try:
-                completion = connector.complete(request)
+                with self._cut_when_stopped(request.cut):
+                    completion = connector.complete(request)
             except ConnectorError as exc:
+                if request.cut is not None and request.cut.requested:
+                    # Cut by a cancel, not failed by the provider: stored, then the check
+                    # point ends the run.
+                    self._telemetry.model_call(
+                        instruction_id=instruction.id,
+                        seconds=self._monotonic() - call_began,
+                        outcome="cancelled",
+                    )
+                    self._store_failed_call(
+                        instruction, state, number, request, exc, started, cut=True
+                    )
+                    continue
                 # --- telemetry (issue 17) ---
                 self._telemetry.model_call(
                     instruction_id=instruction.id,
@@ -607,6 +656,8 @@ class Executor:
         request: CompletionRequest,
         exc: ConnectorError,
         started: datetime,
+        *,
+        cut: bool = False,
     ) -> _Attempt:
         message = scrub_text(str(exc))
         attempt_id = self._add_attempt(
@@ -626,7 +677,10 @@ class Executor:
             stream_error=None,
             finished_at=self._clock(),
         )
-        log.warning("attempt.provider_error", attempt=number, error=message)
+        if cut:
+            log.info("attempt.cut", attempt=number, error=message)
+        else:
+            log.warning("attempt.provider_error", attempt=number, error=message)
         attempt = _Attempt(number=number, attempt_id=attempt_id, provider_error=message)
         state.attempts.append(attempt)
         return attempt

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import re
 import signal
+import threading
 import time
 from collections import Counter
 from datetime import datetime
@@ -29,8 +31,9 @@ from salvagelane.store.values import RunSummary
 from tests.support.cli import salvagelane
 from tests.support.metrics import database_figures, scrape
 from tests.support.postgres import PostgresDatabase
-from tests.support.provider import ScriptedServer
+from tests.support.provider import SSE_HEADERS, Scripted, ScriptedServer, sse_event
 from tests.support.serve import (
+    COMPLETE,
     GOOD_REPORT,
     HANG,
     KEY_ENV,
@@ -344,7 +347,7 @@ def test_cancel_a_queued_run_and_a_running_one(
     project: Project, processes: Processes, url: str
 ) -> None:
     with ScriptedServer(then=GOOD_REPORT) as provider:
-        # The first call answers well, but only once the test lets it.
+        # The first call never answers while the test runs.
         provider.script.append(dataclasses.replace(GOOD_REPORT, hang=True))
         project.write_definition(
             cron="*/2 * * * * *", grace=60, connector=openai_connector(provider.base_url)
@@ -365,8 +368,8 @@ def test_cancel_a_queued_run_and_a_running_one(
         assert again.returncode == 2
         assert f"run {second.id} has ended (cancelled): nothing to cancel" in again.stderr
 
-        # A running run: asked to stop, it ends cancelled at its next check point, its
-        # raw output kept.
+        # A running run: asked to stop, its call in flight is cut (issue 29.6) and it
+        # ends cancelled.
         worker = processes.worker(project, *WORKER, database=url, env=ENV, name="worker")
         provider.wait_for_requests(1, timeout=30)
         (running,) = [r for r in all_runs(url) if r.status == "running"]
@@ -376,7 +379,6 @@ def test_cancel_a_queued_run_and_a_running_one(
         assert stopping.stdout.startswith(
             f"asked to stop: run {first.id} (daily-triage) is running"
         )
-        provider.released.set()
         runs = wait_for_runs(
             url, lambda rs: not any(r.status in OPEN for r in rs), timeout=60, what="drained"
         )
@@ -391,8 +393,9 @@ def test_cancel_a_queued_run_and_a_running_one(
         stopped = store.get_run(first.id)
         never = store.get_run(second.id)
     assert (stopped.error or "").startswith("cancelled: the operator asked the run to stop")
-    assert len(stopped.attempts) == 1
-    assert stopped.attempts[0].raw_output  # the answer that came is kept
+    (cut,) = stopped.attempts  # cut, not retried
+    assert cut.raw_output is None  # nothing had arrived
+    assert "the call was cut: its run was cancelled" in (cut.provider_error or "")
     assert stopped.report is None
     assert never.attempts == []
     assert (never.error or "").startswith("cancelled: salvagelane runs cancel, before")
@@ -400,6 +403,71 @@ def test_cancel_a_queued_run_and_a_running_one(
     assert {r.status for r in runs if r.id not in {first.id, second.id}} <= {"partial", "missed"}
     ended = salvagelane("runs", "cancel", first.id, database=url)
     assert ended.returncode == 2
+
+
+@pytest.mark.postgres
+def test_cancel_cuts_the_call_of_a_running_run_whose_provider_stalls(
+    project: Project, processes: Processes, url: str
+) -> None:
+    # Issue 29.6: the provider streams part of an answer, then never sends more. The
+    # connector's timeout is ten minutes; `runs cancel` must end the run within seconds,
+    # with the text that arrived stored, and the worker must go on taking runs.
+    half = json.dumps(COMPLETE)[:60]
+    stalled = threading.Event()
+    with ScriptedServer(then=GOOD_REPORT) as provider:
+        provider.script.append(
+            Scripted(
+                headers=SSE_HEADERS,
+                chunks=[
+                    sse_event(
+                        {
+                            "id": "g",
+                            "model": "test/model",
+                            "choices": [{"delta": {"content": part}}],
+                        }
+                    )
+                    for part in (half[:30], half[30:])
+                ]
+                + [b"data: [DONE]\n\n"],
+                stall_after=2,
+                on_stall=lambda: (stalled.set(), provider.released.wait()),
+            )
+        )
+        connector = openai_connector(provider.base_url, timeout_seconds=600) + "  stream: true\n"
+        project.write_definition(cron="*/2 * * * * *", grace=60, connector=connector)
+        leader = processes.serve(project, *LEADER, database=url, env=ENV, name="leader")
+        leader.wait_for_event("fire.claimed", count=2, timeout=30)
+        assert leader.stop(signal.SIGTERM) == 0, leader.describe()
+        worker = processes.worker(project, *WORKER, database=url, env=ENV, name="worker")
+        assert stalled.wait(30), worker.describe()
+        (running,) = [r for r in all_runs(url) if r.status == "running"]
+
+        stopping = salvagelane("runs", "cancel", running.id, database=url)
+        assert stopping.returncode == 0, stopping.stderr
+        asked = time.monotonic()
+        wait_for_runs(
+            url,
+            lambda rs: any(r.id == running.id and r.status == "cancelled" for r in rs),
+            timeout=10,
+            what="the cancelled run ended",
+        )
+        took = time.monotonic() - asked
+        # The worker is still healthy: it takes and finishes the rest of the queue.
+        runs = wait_for_runs(
+            url, lambda rs: not any(r.status in OPEN for r in rs), timeout=60, what="drained"
+        )
+        assert worker.stop(signal.SIGTERM) == 0, worker.describe()
+    print(f"cancelled {took:.1f} s after `runs cancel` returned")
+    with Store.open(url) as store:
+        stopped = store.get_run(running.id)
+    assert stopped.status == "cancelled", describe(runs)
+    (attempt,) = stopped.attempts  # the cut call was not retried
+    assert attempt.raw_output
+    assert half.startswith(attempt.raw_output)  # what arrived before the cut, kept
+    assert attempt.stream_error is not None
+    others = [r for r in runs if r.id != running.id]
+    assert others, describe(runs)
+    assert {r.status for r in others} <= {"partial", "missed"}, describe(runs)
 
 
 # --- 5. SQLite refuses the queue ---------------------------------------------------------------

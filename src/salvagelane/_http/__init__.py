@@ -33,7 +33,7 @@ from salvagelane._http._body import (
     response_cap,
     str_or_none,
 )
-from salvagelane._http._call import Deadline, HttpCaller, HttpSettings, join_url
+from salvagelane._http._call import Deadline, HttpCaller, HttpSettings, cut_error, join_url
 from salvagelane._http._errors import (
     QUOTA_CODES,
     RETRYABLE_STATUSES,
@@ -75,6 +75,7 @@ __all__ = [
     "StreamLimits",
     "StreamState",
     "body_text",
+    "cut_error",
     "decode_utf8",
     "error_in_body",
     "event_object",

@@ -22,6 +22,7 @@ import httpx
 import tenacity
 
 from salvagelane._http._errors import retryable_status, scrub
+from salvagelane.call_cut import CUT_HEADERS, CallCut
 from salvagelane.errors import ProviderError
 from salvagelane.logs import redact_url
 
@@ -114,13 +115,16 @@ class HttpCaller:
         attempt: Callable[[Deadline], T],
         *,
         limit_seconds: float | None = None,
+        cut: CallCut | None = None,
     ) -> tuple[T, int]:
         """``attempt``'s result and how many attempts it took.
 
         Retries a retryable ProviderError, waiting what the server asked (``retry_after``)
         or an exponential backoff with jitter, and gives up when the next wait would cross
         the deadline or the attempts run out. ``limit_seconds`` shortens the deadline
-        (never lengthens it): what the caller has left of its own.
+        (never lengthens it): what the caller has left of its own. Once ``cut`` is
+        requested, no attempt starts and no wait goes on: the call ends with a
+        non-retryable ProviderError saying it was cut.
         """
         seconds = self.settings.deadline_seconds
         if limit_seconds is not None:
@@ -131,6 +135,8 @@ class HttpCaller:
 
         def one() -> T:
             nonlocal attempts
+            if cut is not None and cut.requested:
+                raise cut_error(target)
             attempts += 1
             try:
                 return attempt(deadline)
@@ -141,7 +147,10 @@ class HttpCaller:
         def sleep(seconds: float) -> None:
             if self.clock() + seconds >= deadline.at:
                 raise _DeadlineExceeded(seconds, last[0] if last else None)
-            self._sleep(seconds)
+            if cut is not None and self._sleep is time.sleep:
+                cut.wait(seconds)  # a cut ends the wait (the next attempt does not start)
+            else:
+                self._sleep(seconds)
 
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.settings.max_attempts),
@@ -191,13 +200,39 @@ class HttpCaller:
         handle: Callable[[httpx.Response], T],
         secret: str | None,
         shown: str | None = None,
+        cut: CallCut | None = None,
     ) -> T:
         """One POST to ``url``, named ``shown`` in messages (by default as
         :func:`~salvagelane.logs.redact_url` shows it); ``handle`` reads the still-open
         response. Timeouts and transport failures (also those escaping ``handle``) become
-        retryable ProviderErrors."""
+        retryable ProviderErrors; once ``cut`` is requested, a non-retryable one saying
+        so (what ``handle`` returned before, such as a stream's text so far, stands)."""
         if shown is None:
             shown = redact_url(url)
+        if cut is None:
+            return self._post(url, body, headers, deadline, handle, secret, shown, None)
+        if cut.requested:
+            raise cut_error(shown)
+        try:
+            return self._post(
+                url, body, {**headers, **CUT_HEADERS}, deadline, handle, secret, shown, cut
+            )
+        except ProviderError:
+            if cut.requested:
+                raise cut_error(shown) from None
+            raise
+
+    def _post(
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        deadline: Deadline,
+        handle: Callable[[httpx.Response], T],
+        secret: str | None,
+        shown: str,
+        cut: CallCut | None,
+    ) -> T:
         remaining = deadline.remaining()
         if remaining <= 0:
             raise ProviderError(
@@ -210,7 +245,10 @@ class HttpCaller:
                 content=body,
                 headers=headers,
                 timeout=httpx.Timeout(min(self.settings.timeout_seconds, remaining)),
+                extensions=None if cut is None else {"trace": cut.trace},
             ) as response:
+                if cut is not None:  # a pooled connection was not traced: learn it here
+                    cut.hold(response.extensions.get("network_stream"))
                 try:
                     return handle(response)
                 except (ProviderError, httpx.HTTPError):
@@ -237,6 +275,14 @@ class HttpCaller:
             raise ProviderError(
                 f"{shown}: connection failed ({type(exc).__name__}: {message})", retryable=True
             ) from None
+
+
+def cut_error(shown: str) -> ProviderError:
+    """The error of a call that was cut (its run was cancelled): never retried."""
+    return ProviderError(
+        f"{shown}: the call was cut: its run was cancelled (salvagelane runs cancel)",
+        retryable=False,
+    )
 
 
 def _unreadable(shown: str, status: int, exc: Exception) -> ProviderError:

@@ -278,8 +278,8 @@ def runs_show_command(
 @database_option
 def runs_cancel_command(run_id: str, database: str | None) -> None:
     """Cancel a run dispatched through the task queue (RUN_ID or a unique prefix): a
-    queued run ends cancelled at once; a running one is asked to stop and ends cancelled
-    at its next check point (before a model call, or before its report is written)."""
+    queued run ends cancelled at once; a running one is asked to stop: a model call in
+    flight is cut within about a second, and the run ends cancelled with what arrived."""
     from salvagelane import environment
     from salvagelane.dispatch import cancel_run
 
@@ -292,7 +292,7 @@ def runs_cancel_command(run_id: str, database: str | None) -> None:
     else:
         click.echo(
             f"asked to stop: run {run.id} ({line(run.instruction_id)}) is {run.status}; its "
-            "worker ends it cancelled at its next check point (`runs show` tells when)"
+            "worker cuts its model call in flight and ends it cancelled (`runs show` tells when)"
         )
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from salvagelane.call_cut import CallCut
 from salvagelane.core.finish import FinishReason
 
 
@@ -17,7 +18,7 @@ class CompletionRequest:
     connector's own deadline: what is left of the run's deadline. ``max_output_bytes``
     (the definition's guardrail) sets how much of the answer is read: an HTTP connector's
     body cap follows it (see :func:`~salvagelane._http.response_cap`), and a
-    stream stops once its text is longer."""
+    stream stops once its text is longer. ``cut`` stops the call from another thread."""
 
     system: str
     user: str
@@ -26,6 +27,9 @@ class CompletionRequest:
     response_schema: Mapping[str, Any] | None = None
     time_limit_seconds: float | None = None
     max_output_bytes: int | None = None
+    # Set by the executor when the run can be cancelled: cutting it stops the call in
+    # flight (an HTTP connector shuts its connection; a replayed answer is instant).
+    cut: CallCut | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -190,6 +190,7 @@ class HttpConnector(abc.ABC, Generic[SettingsT]):
             self.url,
             lambda deadline: self._attempt(target, body, key, deadline, request),
             limit_seconds=request.time_limit_seconds,
+            cut=request.cut,
         )
         return dataclasses.replace(completion, attempts=attempts)
 
@@ -232,6 +233,7 @@ class HttpConnector(abc.ABC, Generic[SettingsT]):
             handle=handle,
             secret=key,
             shown=self.url,
+            cut=request.cut,
         )
 
     def _streamed(
