@@ -9,6 +9,7 @@ the cases seen crashing a run; the property feeds random mixes of them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -17,13 +18,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from salvagelane._http import HttpSettings
 from salvagelane.connectors import (
     AnthropicConnector,
     AnthropicSettings,
     OpenAICompatibleConnector,
     OpenAICompatibleSettings,
 )
-from salvagelane.errors import ProviderError
+from salvagelane.errors import ProviderError, SinkError
+from salvagelane.sinks.webhook import WebhookSink
 from tests.support.provider import (  # the fixtures are used by name
     KEY_ENV,
     REQUEST,
@@ -195,7 +198,11 @@ _events = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+# CI's budget; SALVAGELANE_FUZZ_EXAMPLES sets a longer run.
+EXAMPLES = int(os.environ.get("SALVAGELANE_FUZZ_EXAMPLES", "60"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     status=st.sampled_from([200, 200, 400, 429, 500, 503]),
     body=_bodies,
@@ -226,3 +233,36 @@ def test_any_answer_is_a_completion_or_a_provider_error(
         assert isinstance(error, ProviderError)
         assert len(server.requests) <= 5
         assert SECRET not in str(error)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    status=st.sampled_from([200, 204, 400, 429, 500, 503]),
+    body=_bodies,
+    retry_after=st.none() | _retry_after,
+)
+def test_any_answer_to_a_webhook_is_delivered_or_a_sink_error(
+    status: int, body: bytes, retry_after: str | None, client: httpx.Client
+) -> None:
+    headers = {} if retry_after is None else {"Retry-After": retry_after}
+    clock = FakeClock()
+    with ScriptedServer(then=Scripted(status=status, body=body, headers=headers)) as server:
+        sink = WebhookSink(
+            client,
+            url=f"{server.origin}/hook",
+            token_env=KEY_ENV,
+            settings=HttpSettings(
+                timeout_seconds=5.0, deadline_seconds=60.0, max_response_bytes=64 * 1024
+            ),
+            clock=clock,
+            sleep=clock.sleep,
+            key_lookup=lambda name: SECRET,
+        )
+        if 200 <= status < 300:
+            sink.deliver({"run_id": "r", "items": []})
+        else:
+            with pytest.raises(SinkError) as caught:
+                sink.deliver({"run_id": "r", "items": []})
+            assert caught.value.retryable == (status in {429, 500, 503})
+            assert SECRET not in str(caught.value)
+    assert 1 <= len(server.requests) <= 5

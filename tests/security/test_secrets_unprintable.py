@@ -21,8 +21,9 @@ import pytest
 
 from salvagelane import environment
 from salvagelane.connectors import OpenAICompatibleConnector, OpenAICompatibleSettings
-from salvagelane.errors import ConnectorError, ProviderError
+from salvagelane.errors import ConnectorError, ProviderError, SinkError
 from salvagelane.logs import REDACTED, clear_secrets, register_secret, scrub_text
+from salvagelane.sinks.webhook import WebhookSink
 from tests.support.provider import (
     REQUEST,
     FakeClock,
@@ -106,3 +107,20 @@ def test_a_request_the_client_cannot_write_fails_once_without_the_key(key: str) 
     text = f"{error} {error!r} {error.args} {error.__cause__!r}"
     assert "MID" not in text
     assert "not printable ASCII" in str(error)
+
+
+@pytest.mark.parametrize("key", KEYS.values(), ids=KEYS.keys())
+def test_a_webhook_token_is_refused_when_read_and_nothing_is_sent(
+    key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same key through a webhook's token_env: it reached sink_deliveries.error.
+    monkeypatch.setenv(VARIABLE, key)
+    with ScriptedServer() as server, httpx.Client() as client:
+        sink = WebhookSink(client, url=f"{server.origin}/hook", token_env=VARIABLE)
+        with pytest.raises(SinkError) as caught:
+            sink.deliver({"run_id": "r", "items": []})
+    message = str(caught.value)
+    assert VARIABLE in message
+    assert "MID" not in message
+    assert not caught.value.retryable
+    assert server.requests == []
