@@ -12,9 +12,11 @@ one, so tests and several services in one process each have their own):
 - **State metrics**, read from the database at every scrape (:class:`StateCollector`,
   through :attr:`Store.state <salvagelane.store.Store.state>`): runs by instruction and
   status, the quarantine pending review, open deliveries, queue depth, the newest clean
-  scheduled run. They equal what the database holds, whichever process wrote it, and
-  survive restarts. When the database does not answer, ``salvagelane_state_up`` is 0 and
-  the state gauges are left out of that scrape (a gauge of 0 would be a lie).
+  scheduled run, how long the oldest queued run has waited, the workers consuming the task
+  queue and whether it is stalled. They equal what the database holds, whichever process
+  wrote it, and survive restarts. When the database does not answer,
+  ``salvagelane_state_up`` is 0 and the state gauges are left out of that scrape (a gauge
+  of 0 would be a lie).
 
 :func:`expose` serves a registry over HTTP (``/metrics``), on loopback unless told
 otherwise: ``serve --metrics-port`` calls it, and a worker command calls it the same way.
@@ -46,8 +48,9 @@ from prometheus_client.registry import Collector
 
 from salvagelane.errors import ConfigurationError, StoreError
 from salvagelane.logs import get_logger
+from salvagelane.serve_settings import DEFAULT_QUEUE_STALL_SECONDS
 from salvagelane.telemetry import NOTHING_FOLDED, fire_lag_seconds
-from salvagelane.vocabulary import RunStatus, Trigger
+from salvagelane.vocabulary import Clock, RunStatus, Trigger, utc_now
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -85,9 +88,18 @@ class Metrics:
     ``process``: also register prometheus_client's process, platform and garbage
     collector metrics (``process_resident_memory_bytes``, ...); off in tests that make
     several registries in one process, where they would only repeat each other.
+    ``queue_stall_seconds`` and ``clock``: when the task queue counts as stalled, and the
+    clock queued runs' waits are measured with (``--queue-stall-after``).
     """
 
-    def __init__(self, *, state: StateReader | None = None, process: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        state: StateReader | None = None,
+        process: bool = True,
+        queue_stall_seconds: float = DEFAULT_QUEUE_STALL_SECONDS,
+        clock: Clock = utc_now,
+    ) -> None:
         # No `_created` series beside each counter and histogram: they double the lines
         # of a scrape and say only when the process first counted. (A switch of the
         # library, for the process: this module is its only user.)
@@ -165,7 +177,9 @@ class Metrics:
             registry=registry,
         )
         if state is not None:
-            registry.register(StateCollector(state))
+            registry.register(
+                StateCollector(state, queue_stall_seconds=queue_stall_seconds, clock=clock)
+            )
         if process:
             ProcessCollector(registry=registry)
             PlatformCollector(registry=registry)
@@ -231,15 +245,23 @@ class StateCollector(Collector):
     """The state gauges, read from the database at every scrape (one
     :meth:`StateReader.read <salvagelane.store.StateReader.read>`: a few aggregate queries)."""
 
-    def __init__(self, state: StateReader) -> None:
+    def __init__(
+        self,
+        state: StateReader,
+        *,
+        queue_stall_seconds: float = DEFAULT_QUEUE_STALL_SECONDS,
+        clock: Clock = utc_now,
+    ) -> None:
         self._state = state
+        self._stall_seconds = queue_stall_seconds
+        self._clock = clock
         # One scrape at a time reads the database: two Prometheus servers scraping at once
         # do not double the load on it.
         self._reading = threading.Lock()
 
     def describe(self) -> list[Metric]:
         # What collect() yields, without reading the database at registration.
-        return list(_families(None, up=False, seconds=0.0))
+        return list(_families(None, up=False, seconds=0.0, now=None, stall_seconds=0.0))
 
     def collect(self) -> Iterator[Metric]:
         with self._reading:
@@ -250,16 +272,29 @@ class StateCollector(Collector):
                 log.warning("metrics.state_unreadable", error=str(exc))
                 state = None
             seconds = time.monotonic() - began
-        yield from _families(state, up=state is not None, seconds=seconds)
+        yield from _families(
+            state,
+            up=state is not None,
+            seconds=seconds,
+            now=self._clock(),
+            stall_seconds=self._stall_seconds,
+        )
 
 
 def _gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"{PREFIX}_{name}", documentation, labels=labels)
 
 
-def _families(state: StoreState | None, *, up: bool, seconds: float) -> Iterator[Metric]:
+def _families(
+    state: StoreState | None,
+    *,
+    up: bool,
+    seconds: float,
+    now: datetime | None,
+    stall_seconds: float,
+) -> Iterator[Metric]:
     """The state metrics of ``state`` (None: only whether the database answered, and
-    how long it took to say so)."""
+    how long it took to say so); queued runs' waits are measured up to ``now``."""
     yield GaugeMetricFamily(
         f"{PREFIX}_state_up",
         "1 when the database answered the last scrape's state queries, else 0.",
@@ -293,7 +328,33 @@ def _families(state: StoreState | None, *, up: bool, seconds: float) -> Iterator
         "status ok, trigger schedule or catch_up, no item approved by an operator.",
         ["instruction"],
     )
-    if state is not None:
+    oldest_wait = _gauge(
+        "queue_oldest_wait_seconds",
+        "How long the oldest queued run (waiting for a worker) has waited; 0 when none waits.",
+        [],
+    )
+    workers = _gauge(
+        "queue_workers",
+        "procrastinate workers consuming the task queue (heartbeat within the last minute); "
+        "absent when the database has no queue tables.",
+        [],
+    )
+    stalled = _gauge(
+        "queue_stalled",
+        "1 when the oldest queued run has waited longer than the stall time "
+        "(--queue-stall-after) and no worker consumes the task queue, else 0.",
+        [],
+    )
+    if state is not None and now is not None:
+        queue = state.queue
+        oldest = queue.oldest
+        oldest_wait.add_metric(
+            [], 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
+        )
+        if queue.live_workers is not None:
+            workers.add_metric([], queue.live_workers)
+        stalled_now = queue.stalled(None, now=now, after_seconds=stall_seconds)
+        stalled.add_metric([], 1.0 if stalled_now else 0.0)
         for (instruction, status), count in sorted(state.runs.items()):
             runs.add_metric([instruction, status], count)
         for (instruction, reason), count in sorted(state.quarantine_pending.items()):
@@ -307,7 +368,7 @@ def _families(state: StoreState | None, *, up: bool, seconds: float) -> Iterator
             clean.add_metric([instruction], moment.timestamp())
     # Without a state the families are empty (HELP and TYPE, no sample): a gauge of 0
     # would claim what the database did not say.
-    yield from (runs, pending, deliveries, depth, clean)
+    yield from (runs, pending, deliveries, depth, clean, oldest_wait, workers, stalled)
 
 
 # --- the endpoint ---------------------------------------------------------------------------------

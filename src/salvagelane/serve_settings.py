@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+DEFAULT_QUEUE_STALL_SECONDS = 300.0
+"""How long queued runs may wait with no worker consuming the task queue before they
+count as stalled (``serve``, ``health`` and the metrics: ``--queue-stall-after``)."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ServeSettings:
@@ -21,6 +25,9 @@ class ServeSettings:
     stale_after_seconds: float = 60.0
     max_workers: int = 4
     look_back: timedelta = timedelta(days=7)
+    queue_stall_seconds: float = DEFAULT_QUEUE_STALL_SECONDS
+    """Queued runs waiting this long with no worker consuming the task queue: a
+    ``--dispatch queue`` leader warns, an in-process one settles them (docs/adr/0013)."""
 
     def problem(self) -> str | None:
         """What is unusable about these settings, or None."""
@@ -35,6 +42,8 @@ class ServeSettings:
                 f"stale-after ({self.stale_after_seconds:g} s) must be at least twice the "
                 f"heartbeat ({self.heartbeat_seconds:g} s)"
             )
+        if not 0 < self.queue_stall_seconds < float("inf"):
+            return "queue stall seconds must be positive and finite"
         if self.max_workers < 1:
             return "max workers must be at least 1"
         return None

@@ -211,6 +211,7 @@ class Service:
         self.abandoned_runs: tuple[str, ...] = ()
         """Runs still executing when the node stopped (marked interrupted)."""
         self._redelivery: threading.Thread | None = None
+        self._stalled_warned: datetime | None = None  # when queue.stalled was last logged
         self.unfinished_threads = 0
         """Fire or delivery threads still working when the node stopped (they may still
         use the HTTP client: the process should exit without closing it under them)."""
@@ -406,8 +407,11 @@ class Service:
                 scheduled_for=_iso(run.scheduled_for),
                 reason="no heartbeat",
             )
+        # Before the retries are listed: a stranded fire is retried in this same pass.
+        self._settle_queued(now)
         if self._dispatch is not None:
             self._dispatch.release_interrupted()
+            self._watch_queue(now)
         definitions = self._definitions
         if not definitions:
             return []
@@ -440,6 +444,66 @@ class Service:
                 )
             )
         return retries
+
+    def _settle_queued(self, now: datetime) -> None:
+        """End ``interrupted`` the queued runs no worker will take (docs/adr/0013): their
+        job is gone, their worker died before taking them, or (dispatching in-process)
+        no worker has consumed the queue for the stall time. The fire's one retry then
+        follows the usual rule, through this leader's dispatch. Never raises."""
+        in_process = self._dispatch is None
+        try:
+            settled = self._store.queued.settle_stranded(
+                now=now,
+                unconsumed_after=self._settings.queue_stall_seconds if in_process else None,
+            )
+        except SalvagelaneError:
+            log.exception("queue.settle_failed")
+            return
+        for run in settled:
+            log.warning(
+                "run.settled",
+                run_id=run.id,
+                instruction=run.instruction_id,
+                job_id=run.job_id,
+                status="interrupted",
+                reason=run.reason,
+            )
+
+    def _watch_queue(self, now: datetime) -> None:
+        """Warn while queued runs wait past the stall time with no worker consuming the
+        queue: when it starts, again every stall time while it lasts, and say when it
+        ends. Never raises."""
+        after = self._settings.queue_stall_seconds
+        try:
+            figures = self._store.queued.figures()
+        except SalvagelaneError:
+            log.exception("queue.watch_failed")
+            return
+        stalled = figures.stalled(None, now=now, after_seconds=after)
+        if not stalled:
+            if self._stalled_warned is not None:
+                log.info("queue.resumed", queued=figures.queued, live_workers=figures.live_workers)
+            self._stalled_warned = None
+            return
+        if self._stalled_warned is not None and now - self._stalled_warned < timedelta(
+            seconds=after
+        ):
+            return
+        self._stalled_warned = now
+        oldest = figures.oldest
+        waited = 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
+        log.warning(
+            "queue.stalled",
+            queued=figures.queued,
+            oldest_queued_at=_iso(oldest),
+            waited_seconds=round(waited, 1),
+            live_workers=figures.live_workers or 0,
+            stall_after_seconds=after,
+        )
+        self._announce(
+            f"warning: {figures.queued} queued run(s) waiting, the oldest for {waited:.0f} s, "
+            "and no worker consumes the task queue (start `salvagelane worker`)"
+        )
 
     def catch_up(self, now: datetime, *, scheduler_since: datetime | None = None) -> list[Fire]:
         """Settle each instruction's fires up to ``now`` that have no run row: the newest

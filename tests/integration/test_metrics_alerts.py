@@ -37,7 +37,7 @@ def promtool(*args: str) -> str:
 
 
 def test_the_rules_are_valid_prometheus_rules() -> None:
-    assert "SUCCESS: 2 rules found" in promtool("check", "rules", "salvagelane-alerts.yml")
+    assert "SUCCESS: 3 rules found" in promtool("check", "rules", "salvagelane-alerts.yml")
 
 
 def test_the_rules_fire_when_the_triage_was_not_clean_and_only_then() -> None:
@@ -48,7 +48,12 @@ def test_the_rules_name_metrics_salvagelane_exposes(store: Store) -> None:
     named = set(
         re.findall(r"\bsalvagelane_[a-z_]+", (RULES / "salvagelane-alerts.yml").read_text())
     )
-    assert named == {"salvagelane_last_clean_run_timestamp_seconds", "salvagelane_state_up"}
+    assert named == {
+        "salvagelane_last_clean_run_timestamp_seconds",
+        "salvagelane_state_up",
+        "salvagelane_queue_stalled",
+        "salvagelane_queue_oldest_wait_seconds",
+    }
     exposed = {
         family.name for family in Metrics(state=store.state, process=False).registry.collect()
     }

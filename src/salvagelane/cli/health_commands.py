@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from salvagelane.cli.options import database_option, json_option
+from salvagelane.cli.options import database_option, json_option, queue_stall_option
 from salvagelane.cli.render import when
 from salvagelane.cli.wiring import open_store, require_known_instruction
 from salvagelane.safe_text import line
+from salvagelane.serve_settings import DEFAULT_QUEUE_STALL_SECONDS
 
 if TYPE_CHECKING:  # the store is imported inside the command: `--help` must stay cheap
     from salvagelane.store import InstructionHealth
@@ -36,10 +37,18 @@ _STRIP = {"ok": "o", "partial": "p", "failed": "F", "interrupted": "I", "missed"
     type=click.IntRange(min=1, max=3660),
     help="Rates, reasons, fires and tokens over the last N days (UTC).",
 )
+@queue_stall_option(
+    DEFAULT_QUEUE_STALL_SECONDS,
+    "Queued runs waiting this long with no worker consuming the task queue: stalled.",
+)
 @database_option
 @json_option
 def health_command(
-    instruction_id: str | None, days: int, database: str | None, as_json: bool
+    instruction_id: str | None,
+    days: int,
+    queue_stall_seconds: float,
+    database: str | None,
+    as_json: bool,
 ) -> None:
     """Show each instruction's run health: clean scheduled runs in a row, recent statuses,
     partial and failed rates, quarantine reasons per day, finish reasons, missed and
@@ -47,6 +56,10 @@ def health_command(
 
     A clean run is a scheduled run that ended ok with nothing quarantined (nor approved by
     an operator); missed and interrupted fires break the streak.
+
+    Runs waiting in the task queue (`serve --dispatch queue`) are shown with the oldest's
+    wait; the queue is stalled when that wait passes --queue-stall-after and no worker
+    consumes it.
     """
     now = datetime.now(UTC)
     with open_store(database, read_only=True) as store:
@@ -55,7 +68,9 @@ def health_command(
             ids = [instruction_id]
         else:
             ids = store.instruction_ids()
-        figures = store.health.healths(ids, now=now, days=days)
+        figures = store.health.healths(
+            ids, now=now, days=days, queue_stall_seconds=queue_stall_seconds
+        )
         url = store.url
     if as_json:
         from salvagelane.store.health import health_json
@@ -74,6 +89,18 @@ def _percent(value: float | None) -> str:
 
 def _counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{line(key)} {n}" for key, n in counts.items()) or "-"
+
+
+def _queue(health: InstructionHealth) -> str:
+    text = f"{health.queued_runs} queued"
+    if health.oldest_queued_at is not None:
+        waited = max(0.0, (health.until - health.oldest_queued_at).total_seconds())
+        text += f", the oldest since {when(health.oldest_queued_at)} ({waited:.0f} s)"
+    if health.queue_workers is not None:
+        text += f"; {health.queue_workers} worker(s) consuming"
+    if health.queue_stalled:
+        text += "; STALLED: no worker consumes the task queue (start `salvagelane worker`)"
+    return text
 
 
 def health_text(health: InstructionHealth) -> str:
@@ -108,6 +135,8 @@ def health_text(health: InstructionHealth) -> str:
         f"fires        missed {health.missed_fires}, interrupted {health.interrupted_fires}"
     )
     lines.append(f"finish       {_counts(health.finish_reasons)}")
+    if health.queued_runs or health.queue_stalled:
+        lines.append(f"queue        {_queue(health)}")
     lines.append("quarantined per day")
     for day, reasons in health.quarantined_by_day.items():
         lines.append(f"  {day}  {_counts(reasons)}")

@@ -115,3 +115,31 @@ def metrics_options(function: Callable[..., object]) -> Callable[..., object]:
         help="The address the metrics endpoint listens on (it has no authentication).",
     )
     return port(host(function))
+
+
+QUEUE_STALL_MAX_SECONDS = 7 * 86400.0
+"""A stall time longer than a week would never warn."""
+
+
+def _a_number(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    # FloatRange lets NaN through: no comparison with it is true.
+    if value != value:
+        raise click.BadParameter("expected a number of seconds, got nan", ctx, param)
+    return value
+
+
+def queue_stall_option(
+    default: float, help_text: str
+) -> Callable[[Callable[..., object]], Callable[..., object]]:
+    """``--queue-stall-after``: how long queued runs may wait with no worker consuming
+    the task queue before they count as stalled (serve, health, worker metrics)."""
+    return click.option(
+        "--queue-stall-after",
+        "queue_stall_seconds",
+        default=default,
+        show_default=True,
+        type=click.FloatRange(min=0, min_open=True, max=QUEUE_STALL_MAX_SECONDS),
+        callback=_a_number,
+        metavar="SECONDS",
+        help=help_text,
+    )

@@ -17,6 +17,7 @@ from salvagelane.cli.options import (
     database_option,
     instructions_option,
     metrics_options,
+    queue_stall_option,
     shutdown_timeout_option,
 )
 from salvagelane.cli.tables import render_schedule_table
@@ -86,6 +87,12 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
     help="Where runs execute: in this process, or (PostgreSQL) through the task queue, by "
     "`salvagelane worker` processes on any machine.",
 )
+@queue_stall_option(
+    DEFAULTS.queue_stall_seconds,
+    "Queued runs waiting this long with no worker consuming the task queue: with "
+    "--dispatch queue the leader warns (log, `health`, metrics); dispatching in-process it "
+    "ends them interrupted (a fire within its grace is retried once).",
+)
 @metrics_options
 def serve_command(
     instructions_dir: Path,
@@ -96,6 +103,7 @@ def serve_command(
     stale_after_seconds: float,
     max_workers: int,
     dispatch: str,
+    queue_stall_seconds: float,
     metrics_port: int | None,
     metrics_host: str,
 ) -> None:
@@ -111,7 +119,9 @@ def serve_command(
     SIGHUP reloads the definitions; one that no longer loads keeps its previous version.
 
     With --dispatch queue (PostgreSQL) the leader claims each fire and enqueues its run
-    in one transaction, and `salvagelane worker` processes execute the runs.
+    in one transaction, and `salvagelane worker` processes execute the runs. In either
+    mode the leader ends interrupted a queued run no worker will take (its job is gone,
+    its worker died before taking it), with the reason on the run.
 
     With --metrics-port the node serves Prometheus metrics (README, "Metrics") for as long
     as it runs, leading or standing by.
@@ -133,6 +143,7 @@ def serve_command(
         heartbeat_seconds=heartbeat_seconds,
         stale_after_seconds=stale_after_seconds,
         max_workers=max_workers,
+        queue_stall_seconds=queue_stall_seconds,
     )
     # Usage errors before the database is opened (and, for a new SQLite file, created).
     if problem := settings.problem():
@@ -187,7 +198,7 @@ def _serve(
             # Imported only here: a serve without metrics loads no prometheus_client.
             from salvagelane.metrics import Metrics
 
-            collected = Metrics(state=store.state)
+            collected = Metrics(state=store.state, queue_stall_seconds=settings.queue_stall_seconds)
             telemetry = collected
         service = Service(
             settings,

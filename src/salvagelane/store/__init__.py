@@ -8,6 +8,7 @@ whose closed sets of words are the StrEnums of :mod:`salvagelane.vocabulary`.
 from __future__ import annotations
 
 from salvagelane.store._rows import bound_raw, decode_raw, encode_raw
+from salvagelane.store.backlog import QueueFigures
 from salvagelane.store.deliveries import DeliveryOutbox
 from salvagelane.store.engine import (
     current_revision,
@@ -27,7 +28,7 @@ from salvagelane.store.leadership import (
     SqliteServeLock,
     leader_lock_for,
 )
-from salvagelane.store.queued import QueuedRun, QueuedRuns
+from salvagelane.store.queued import QueuedRun, QueuedRuns, SettledRun
 from salvagelane.store.repository import Store
 from salvagelane.store.review import QuarantineLane
 from salvagelane.store.state import StateReader, StoreState
@@ -76,6 +77,7 @@ __all__ = [
     "QuarantineRecord",
     "QuarantineReviewView",
     "QuarantineView",
+    "QueueFigures",
     "QueuedRun",
     "QueuedRuns",
     "ReportItemRecord",
@@ -84,6 +86,7 @@ __all__ = [
     "ReportView",
     "RunDetail",
     "RunSummary",
+    "SettledRun",
     "SinkDeliveryView",
     "SqliteServeLock",
     "StateReader",

@@ -18,6 +18,10 @@ they cannot disagree.
   **recent** strip is the last 30 runs of any trigger, newest first.
 - **partial rate** and **failed rate** are over the runs that ended in the window (``ok``,
   ``partial``, ``failed``, ``interrupted``); None when none did.
+- The **queue** figures are of now, not of the window: the instruction's runs waiting
+  ``queued`` for a worker, since when the oldest waits, the workers consuming the task
+  queue, and whether it is **stalled** (:mod:`.backlog`: the oldest has waited longer than
+  the stall time and no worker consumes the queue).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from salvagelane.store._rows import Transactions
+from salvagelane.store.backlog import NO_QUEUE, QueueFigures, read_figures
 from salvagelane.store.figures import RunFigures, figures_of
 from salvagelane.store.models import AttemptRow, QuarantinedItemRow, ReportRow, RunRow
 from salvagelane.vocabulary import FINAL_RUN_STATUSES, ReviewStatus, RunStatus, Trigger
@@ -136,6 +141,11 @@ class InstructionHealth:
     interrupted_fires: int
     quarantined_by_day: Mapping[str, Mapping[str, int]]
     tokens_by_day: Mapping[str, TokenUsage]
+    queued_runs: int = 0
+    oldest_queued_at: datetime | None = None
+    queue_workers: int | None = None
+    """Workers consuming the task queue now; None: the database has no queue tables."""
+    queue_stalled: bool = False
 
 
 # --- the pure computation -------------------------------------------------------------------
@@ -236,11 +246,14 @@ def health_of(
     window: Sequence[WindowRun],
     quarantined: Iterable[tuple[str, str, int]],
     attempts: Iterable[tuple[datetime, Any]],
+    queue: QueueFigures = NO_QUEUE,
+    queue_stall_seconds: float = float("inf"),
 ) -> InstructionHealth:
     """The figures from their inputs: the ``recent`` runs (newest first), the ended
     ``scheduled`` runs newest first (read lazily, as far as the streak goes), the runs of
-    the ``window``, its quarantined items as (created at, reason, count) and its model
-    calls as (started at, usage)."""
+    the ``window``, its quarantined items as (created at, reason, count), its model
+    calls as (started at, usage), and the task queue's waits now (``until``)."""
+    wait = queue.waits.get(instruction_id)
     statuses: dict[str, int] = {}
     finish: dict[str, int] = {}
     for run in window:
@@ -267,6 +280,10 @@ def health_of(
         interrupted_fires=sum(run.status == RunStatus.INTERRUPTED for run in fires),
         quarantined_by_day=by_day(quarantined),
         tokens_by_day=tokens_of(attempts),
+        queued_runs=0 if wait is None else wait.queued,
+        oldest_queued_at=None if wait is None else wait.oldest,
+        queue_workers=queue.live_workers,
+        queue_stalled=queue.stalled(instruction_id, now=until, after_seconds=queue_stall_seconds),
     )
 
 
@@ -281,16 +298,30 @@ class HealthReader:
         self._url = url
 
     def instruction_health(
-        self, instruction_id: str, *, now: datetime, days: int = DEFAULT_DAYS
+        self,
+        instruction_id: str,
+        *,
+        now: datetime,
+        days: int = DEFAULT_DAYS,
+        queue_stall_seconds: float = float("inf"),
     ) -> InstructionHealth:
         """The figures of ``instruction_id`` over the ``days`` UTC days up to ``now``."""
-        return self.healths([instruction_id], now=now, days=days)[0]
+        return self.healths(
+            [instruction_id], now=now, days=days, queue_stall_seconds=queue_stall_seconds
+        )[0]
 
     def healths(
-        self, instruction_ids: Sequence[str], *, now: datetime, days: int = DEFAULT_DAYS
+        self,
+        instruction_ids: Sequence[str],
+        *,
+        now: datetime,
+        days: int = DEFAULT_DAYS,
+        queue_stall_seconds: float = float("inf"),
     ) -> list[InstructionHealth]:
         """The figures of each of ``instruction_ids`` (in that order), read together: the
-        window, the quarantine and the tokens of all of them in one query each."""
+        window, the quarantine and the tokens of all of them in one query each.
+        ``queue_stall_seconds``: how long queued runs may wait with no worker before the
+        queue counts as stalled (infinite: never)."""
         if days < 1:
             raise ValueError(f"days: expected at least 1, got {days}")
         ids = list(dict.fromkeys(instruction_ids))
@@ -322,6 +353,7 @@ class HealthReader:
                 .where(RunRow.instruction_id.in_(ids), AttemptRow.started_at >= since)
             ).tuples():
                 attempts.setdefault(i, []).append((started, usage))
+            queue = read_figures(session)
             return [
                 health_of(
                     i,
@@ -335,6 +367,8 @@ class HealthReader:
                     window=windows.get(i, []),
                     quarantined=quarantined.get(i, []),
                     attempts=attempts.get(i, []),
+                    queue=queue,
+                    queue_stall_seconds=queue_stall_seconds,
                 )
                 for i in ids
             ]
@@ -559,5 +593,13 @@ def health_json(health: InstructionHealth) -> dict[str, Any]:
                 "unreported": usage.unreported,
             }
             for day, usage in health.tokens_by_day.items()
+        },
+        "queue": {
+            "queued_runs": health.queued_runs,
+            "oldest_queued_at": None
+            if health.oldest_queued_at is None
+            else health.oldest_queued_at.isoformat(),
+            "workers": health.queue_workers,
+            "stalled": health.queue_stalled,
         },
     }

@@ -9,6 +9,12 @@ fire that was not claimed.
 
 A worker takes a queued run with one conditional UPDATE (``status = 'queued'`` →
 ``running``): of any number of workers given the same run, exactly one takes it.
+
+A queued run that no worker will ever take (:mod:`.backlog`: its job is gone, its worker
+died before taking it, the leader went back to in-process dispatch) is settled by the
+leader with :meth:`QueuedRuns.settle_stranded`: under the run's row lock, rechecked, and
+ended ``interrupted`` (a waiting job is cancelled in the same transaction), so that it
+races a worker's take the way two workers race: exactly one wins.
 """
 
 from __future__ import annotations
@@ -27,6 +33,16 @@ from salvagelane.store._rows import (
     get_run,
     insert_definition,
     new_id,
+)
+from salvagelane.store.backlog import (
+    Backlog,
+    QueueFigures,
+    cancel_waiting_job,
+    live_workers,
+    queue_installed,
+    read_backlog,
+    read_figures,
+    stranded_reason,
 )
 from salvagelane.store.fires import is_fire_conflict
 from salvagelane.store.models import RunRow
@@ -49,6 +65,20 @@ class QueuedRun:
     retry_of: str | None
     status: RunStatus
     job_id: int | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SettledRun:
+    """A queued run the leader ended ``interrupted`` because no worker would take it."""
+
+    id: str
+    instruction_id: str
+    job_id: int | None
+    reason: str
+
+
+BACKLOG_LIMIT = 500
+"""Queued runs looked at per pass (oldest first): a pile-up is settled over passes."""
 
 
 class QueuedRuns:
@@ -149,6 +179,78 @@ class QueuedRuns:
             if row.status == RunStatus.QUEUED:
                 close_run(row, status=RunStatus.CANCELLED, finished_at=now, error=error)
             return _queued(row)
+
+    def backlog(self, *, limit: int = BACKLOG_LIMIT) -> Backlog:
+        """The oldest ``limit`` queued runs with their jobs, and the live workers."""
+        with self._transaction("read the task queue's backlog") as session:
+            installed = queue_installed(session)
+            return Backlog(
+                installed=installed,
+                live_workers=live_workers(session) if installed else 0,
+                runs=tuple(read_backlog(session, installed=installed, limit=limit)),
+            )
+
+    def figures(self) -> QueueFigures:
+        """Queued runs per instruction (count, oldest) and the live workers."""
+        with self._transaction("count the queued runs") as session:
+            return read_figures(session)
+
+    def settle_stranded(
+        self, *, now: datetime, unconsumed_after: float | None, limit: int = BACKLOG_LIMIT
+    ) -> list[SettledRun]:
+        """End ``interrupted`` each queued run no worker will take (:func:`~.backlog.
+        stranded_reason`), with the reason in its error; returns them, oldest first.
+
+        Each is rechecked in its own transaction under its row lock, and a job still
+        waiting is cancelled there first: a worker that fetched the job or took the run
+        meanwhile wins, and the run is left to it."""
+        backlog = self.backlog(limit=limit)
+        settled: list[SettledRun] = []
+        for run in backlog.runs:
+            reason = stranded_reason(
+                run,
+                installed=backlog.installed,
+                live_workers=backlog.live_workers,
+                now=now,
+                unconsumed_after=unconsumed_after,
+            )
+            if reason is not None and (done := self._settle(run.id, now, unconsumed_after)):
+                settled.append(done)
+        return settled
+
+    def _settle(
+        self, run_id: str, now: datetime, unconsumed_after: float | None
+    ) -> SettledRun | None:
+        with self._transaction(f"settle stranded queued run {run_id}") as session:
+            row = session.get(RunRow, run_id, with_for_update=True)
+            if row is None or row.status != RunStatus.QUEUED:
+                return None
+            installed = queue_installed(session)
+            current = read_backlog(session, installed=installed, limit=1, run_id=run_id)
+            if not current:
+                return None
+            (run,) = current
+            reason = stranded_reason(
+                run,
+                installed=installed,
+                live_workers=live_workers(session) if installed else 0,
+                now=now,
+                unconsumed_after=unconsumed_after,
+            )
+            if reason is None:
+                return None
+            waiting = run.job_status == "todo" and run.job_id is not None
+            if waiting and not cancel_waiting_job(session, run.job_id or 0):
+                return None  # a worker fetched the job just now: it takes the run
+            close_run(
+                row,
+                status=RunStatus.INTERRUPTED,
+                finished_at=now,
+                error=f"never started: {reason} (settled by the serve leader)",
+            )
+            return SettledRun(
+                id=row.id, instruction_id=row.instruction_id, job_id=row.job_id, reason=reason
+            )
 
     def interrupted_jobs(self, job_ids: Collection[int]) -> list[int]:
         """Of ``job_ids``, those whose run ended ``interrupted``: a job the queue still

@@ -15,6 +15,8 @@ Python. What a read costs on a long history: ADR 0014 and ``benchmarks/metrics_s
   not yet taken by a worker).
 - **queue_jobs**: jobs waiting (``todo``) in procrastinate's ``procrastinate_jobs`` per
   queue, None when the database has no such table.
+- **queue**: queued runs per instruction (count, oldest) and the workers consuming the
+  task queue (:mod:`.backlog`), for how long the oldest waits and whether it is stalled.
 - **last_clean**: per instruction, the fire time of the newest *clean* scheduled run (as
   :mod:`.health` defines clean: trigger ``schedule`` or ``catch_up``, status ``ok``, and no
   item an operator had to approve into the report).
@@ -30,6 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from salvagelane.store._rows import Transactions
+from salvagelane.store.backlog import NO_QUEUE, QueueFigures, read_figures
 from salvagelane.store.health import SCHEDULED_TRIGGERS
 from salvagelane.store.models import (
     QuarantinedItemRow,
@@ -62,6 +65,7 @@ class StoreState:
     queued_runs: int
     queue_jobs: Mapping[str, int] | None
     last_clean: Mapping[str, datetime]
+    queue: QueueFigures = NO_QUEUE
 
 
 class StateReader:
@@ -82,6 +86,7 @@ class StateReader:
                 queued_runs=sum(n for (_, status), n in runs.items() if status == QUEUED),
                 queue_jobs=_queue_jobs(s),
                 last_clean=_last_clean(s),
+                queue=read_figures(s),
             )
 
 

@@ -32,6 +32,7 @@ from starlette.staticfiles import StaticFiles
 from salvagelane.core.records import Reason
 from salvagelane.errors import NotFoundError, ReviewStateError, SalvagelaneError
 from salvagelane.safe_text import line
+from salvagelane.serve_settings import DEFAULT_QUEUE_STALL_SECONDS
 from salvagelane.store import QuarantineDetail, QuarantineFilter, Store
 from salvagelane.store.health import days_between, health_json
 from salvagelane.ui import views
@@ -362,7 +363,10 @@ def _health(page: Page, request: Request) -> list[Any]:
     ids = [instruction] if instruction else store.instruction_ids()
     if instruction and instruction not in store.instruction_ids():
         raise PageError(404, f"no stored run has instruction {instruction!r}")
-    return store.health.healths(ids, now=now, days=days)
+    # The same stall time as `salvagelane health`, so both say the same.
+    return store.health.healths(
+        ids, now=now, days=days, queue_stall_seconds=DEFAULT_QUEUE_STALL_SECONDS
+    )
 
 
 async def health_page(request: Request, page: Page) -> Response:
