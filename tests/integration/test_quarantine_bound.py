@@ -42,13 +42,10 @@ def rows_by_attempt(database_url: str) -> dict[str, int]:
     engine = sa.create_engine(database_url)
     try:
         with engine.connect() as connection:
-            return dict(
-                connection.execute(
-                    sa.text(
-                        "SELECT attempt_id, count(*) FROM quarantined_items GROUP BY attempt_id"
-                    )
-                )
+            rows = connection.execute(
+                sa.text("SELECT attempt_id, count(*) FROM quarantined_items GROUP BY attempt_id")
             )
+            return {row[0]: row[1] for row in rows}
     finally:
         engine.dispose()
 
