@@ -128,8 +128,11 @@ def masked_url(url: str | URL) -> str:
 
 def url_secrets(url: str | URL) -> list[str]:
     """The secret values ``url`` carries: its password and those of the query parameters
-    in :data:`SECRET_QUERY_KEYS`."""
-    parsed = _parse(url) if isinstance(url, str) else url
+    in :data:`SECRET_QUERY_KEYS`; none for text that is not a URL."""
+    try:
+        parsed = _parse(url) if isinstance(url, str) else url
+    except DatabaseUrlError:
+        return []
     found = [] if parsed.password is None else [str(parsed.password)]
     for key, value in parsed.query.items():
         if key.lower() in SECRET_QUERY_KEYS:
