@@ -55,6 +55,7 @@ from salvagelane.errors import (
 from salvagelane.executor import ConnectorFactory, Executor, SinkFactory, mark_abandoned
 from salvagelane.logs import bound, get_logger
 from salvagelane.store import QueuedRun, Store, database_url, masked_url
+from salvagelane.store.engine import describe
 from salvagelane.store.leadership import lock_key
 from salvagelane.telemetry import NO_TELEMETRY, RunObserver
 from salvagelane.vocabulary import Clock, RunStatus, Trigger, utc_now
@@ -124,7 +125,7 @@ def install_schema(url: str) -> bool:
             return True
     except psycopg.Error as exc:
         raise QueueError(
-            f"{masked_url(url)}: install the task queue's tables failed: {_first_line(exc)}"
+            f"{masked_url(url)}: install the task queue's tables failed: {describe(exc, url)}"
         ) from exc
 
 
@@ -251,7 +252,7 @@ def cancel_run(url: str, store: Store, run_id: str, *, now: datetime) -> QueuedR
         # run cancelled and leaves it). Running: its worker is asked to stop it.
         app.job_manager.cancel_job_by_id(run.job_id or 0, abort=run.status == RunStatus.RUNNING)
     except queue_errors.ProcrastinateException as exc:
-        raise QueueError(f"cancel the job of run {run.id} failed: {_first_line(exc)}") from exc
+        raise QueueError(f"cancel the job of run {run.id} failed: {describe(exc, url)}") from exc
     finally:
         app.close()
     return run

@@ -38,8 +38,9 @@ is replayed only with ``--use-current``.
 A fixture is data: it arrives attached to bug reports. ``instruction`` must be an
 instruction id, and is looked up only among the definitions of the instructions
 directory (:func:`salvagelane.definitions.ids.instruction_by_id`), never opened as a
-path; its files must be regular files (no symbolic link, FIFO or device) of bounded
-size; ``source`` and fields not listed here are never interpreted. ``definition.json``
+path; its files must be regular files (no symbolic link, directory, FIFO or device)
+of bounded size; ``source`` and fields not listed here are never interpreted.
+``definition.json``
 is rebuilt without touching the filesystem (:func:`salvagelane.definitions.load_stored`)
 and must define the fixture's instruction; a context callable it names runs only when
 the definition of the same id in the instructions directory names it too. A fixture
@@ -49,8 +50,13 @@ compared or written.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
+import re
+import secrets
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -150,7 +156,15 @@ def is_fixture(directory: Path) -> bool:
 
 
 def _entry_exists(path: Path) -> bool:
-    return path.exists() or path.is_symlink()
+    """Whether anything has that name; an entry that cannot even be looked at counts, so
+    that reading it says why rather than the fixture being passed over."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def discover(paths: Iterable[Path]) -> list[Path]:
@@ -163,7 +177,11 @@ def discover(paths: Iterable[Path]) -> list[Path]:
         if is_fixture(path):
             found[path] = None
             continue
-        nested = sorted(p.parent for p in path.rglob(META_FILE) if is_fixture(p.parent))
+        nested = sorted(
+            p.parent
+            for p in path.rglob(META_FILE)
+            if is_fixture(p.parent) and not _in_capture_staging(p.parent.relative_to(path))
+        )
         if not nested:
             raise InputError(
                 f"{path}: no fixtures: expected a directory with {RAW_FILE} and {META_FILE}, "
@@ -624,13 +642,7 @@ def capture_run(
     if version is not None:
         files[DEFINITION_FILE] = _json_text(version)
     _refuse_secrets(files)
-    _prepare_directory(to, force=force)
-    # A stale file of another capture would not be this attempt's (or this run's).
-    for name in (EXPECTED_FILE, DEFINITION_FILE):
-        if name not in files:
-            (to / name).unlink(missing_ok=True)
-    for name, text in files.items():
-        _write_text(to / name, text)
+    write_fixture(to, files, force=force)
     return CapturedFixture(
         path=to,
         run_id=detail.id,
@@ -730,19 +742,197 @@ def _refuse_secrets(files: Mapping[str, str]) -> None:
         )
 
 
-def _prepare_directory(directory: Path, *, force: bool) -> None:
-    if directory.exists():
-        if not directory.is_dir():
-            raise InputError(f"{directory}: expected a directory for the fixture, got a file")
-        if not force and any(directory.iterdir()):
-            raise InputError(
-                f"{directory}: not empty: expected a new or empty directory "
-                "(pass --force to overwrite its fixture files)"
-            )
+# --- writing a fixture whole ------------------------------------------------------------------
+
+FIXTURE_FILES = (RAW_FILE, META_FILE, EXPECTED_FILE, DEFINITION_FILE)
+
+_STAGING = re.compile(r"\..+\.capture-(new|old)-(\d+)-[0-9a-f]{8}")
+"""The name of a capture's directory beside its target: ``new`` holds the fixture being
+written, ``old`` the fixture it replaces (``--force``); with the writer's process id."""
+
+
+def _in_capture_staging(relative: Path) -> bool:
+    return any(_STAGING.fullmatch(part) for part in relative.parts)
+
+
+def write_fixture(to: Path, files: Mapping[str, str], *, force: bool = False) -> None:
+    """Make directory ``to`` the fixture ``files`` (name: text), whole or not at all.
+
+    The files are written into a new directory beside ``to``, each fsynced, the directory
+    fsynced, then renamed into place and the parent fsynced: killed at any point, ``to``
+    is absent, or the fixture it was, or the whole new one; never a mix. With ``force`` a
+    fixture in ``to`` is replaced (moved aside, then removed) and other files in it are
+    kept. A capture killed midway leaves its directories behind; the next one into
+    ``to`` tidies them (puts back a replaced fixture that was not replaced yet) before
+    it starts, when the process that left them is gone. InputError when ``to`` is a
+    file, a non-empty directory without ``force``, or cannot be written.
+    """
+    target = Path(os.path.realpath(to))  # the operator's own path: a link to a directory is fine
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _tidy_leftovers(target)
     except OSError as exc:
-        raise InputError(f"{directory}: cannot create: {exc.strerror or exc}") from exc
+        raise InputError(f"{to}: cannot create: {exc.strerror or exc}") from exc
+    replacing = _replaces_a_fixture(to, target, force=force)
+    try:
+        staging = _staging_directory(target, "new")
+        replaced = None
+        try:
+            for name, text in files.items():
+                _write_synced(staging / name, text.encode("utf-8", "surrogateescape"))
+            _fsync_directory(staging)
+            if replacing:
+                replaced = _swap(staging, target)
+            else:
+                # Replaces an empty directory in one step; fails on a non-empty one.
+                os.rename(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        _fsync_directory(target.parent)
+        if replaced is not None:
+            _restore_extras(replaced, target)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise InputError(f"{to}: cannot write the fixture: {exc.strerror or exc}{where}") from exc
+
+
+def _swap(staging: Path, target: Path) -> Path:
+    """Move the directory ``target`` aside and ``staging`` into its place; the path it
+    was moved to. Killed between the two, the next capture puts it back."""
+    replaced = _staging_directory(target, "old", create=False)
+    os.rename(target, replaced)
+    try:
+        os.rename(staging, target)
+    except BaseException:
+        os.rename(replaced, target)
+        raise
+    return replaced
+
+
+def _replaces_a_fixture(to: Path, target: Path, *, force: bool) -> bool:
+    """Whether ``target`` is a non-empty directory to replace (``force``). InputError
+    for a file, or a non-empty directory without ``force``."""
+    if not os.path.lexists(target):
+        return False
+    if not target.is_dir():
+        raise InputError(f"{to}: expected a directory for the fixture, got a file")
+    try:
+        with os.scandir(target) as entries:
+            empty = next(entries, None) is None
+    except OSError as exc:
+        raise InputError(f"{to}: cannot read: {exc.strerror or exc}") from exc
+    if empty:
+        return False
+    if not force:
+        raise InputError(
+            f"{to}: not empty: expected a new or empty directory "
+            "(pass --force to overwrite its fixture files)"
+        )
+    return True
+
+
+def _staging_directory(target: Path, role: str, *, create: bool = True) -> Path:
+    """A new name (``create``: a new directory) beside ``target`` for ``role``."""
+    stem = _stem(target)
+    while True:
+        path = target.with_name(f".{stem}.capture-{role}-{os.getpid()}-{secrets.token_hex(4)}")
+        if not create:
+            if not os.path.lexists(path):
+                return path
+            continue
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+
+
+def _stem(target: Path) -> str:
+    """``target``'s name as its staging directories carry it: a long one shortened, so the
+    staging name stays within the file system's limit."""
+    name = target.name
+    if len(name) <= 100:
+        return name
+    return name[:64] + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(handle, view) :]
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def _fsync_directory(directory: Path) -> None:
+    handle = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(handle)
+    except OSError as exc:
+        # Some file systems cannot sync a directory: the rename is as durable as they allow.
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(handle)
+
+
+def _restore_extras(replaced: Path, target: Path) -> None:
+    """Move what ``replaced`` holds besides a fixture's files into ``target``, then
+    remove it: ``--force`` overwrites the fixture, not the operator's notes beside it."""
+    moved = False
+    for name in os.listdir(replaced):
+        if name not in FIXTURE_FILES and not os.path.lexists(target / name):
+            os.rename(replaced / name, target / name)
+            moved = True
+    if moved:
+        _fsync_directory(target)
+    shutil.rmtree(replaced)
+
+
+def _tidy_leftovers(target: Path) -> None:
+    """Settle the directories a killed capture into ``target`` left: a fixture moved
+    aside but not yet replaced goes back; every other is removed. Those of a process
+    still alive (a capture under way) are left alone."""
+    prefix = f".{_stem(target)}.capture-"
+    try:
+        names = [name for name in os.listdir(target.parent) if name.startswith(prefix)]
+    except FileNotFoundError:
+        return
+    # The replaced ("old") first: it may have to go back before the rest is removed.
+    for name in sorted(names, key=lambda name: (".capture-new-" in name, name)):
+        found = _STAGING.fullmatch(name)
+        if found is None or _alive(int(found.group(2))):
+            continue
+        leftover = target.parent / name
+        if found.group(1) == "old":
+            if not os.path.lexists(target):
+                os.rename(leftover, target)
+                _fsync_directory(target.parent)
+                continue
+            if target.is_dir() and not target.is_symlink():
+                _restore_extras(leftover, target)
+                continue
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    if pid <= 0:
+        return False  # not a process: 0 would signal our own group
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    except OverflowError:
+        return False
+    return True
 
 
 def summarise(replays: Sequence[FixtureReplay]) -> dict[str, int]:

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from salvagelane.errors import DuplicateFireError
+from salvagelane.errors import DuplicateFireError, OutdatedDatabaseError
 from salvagelane.store import (
     ReportItemRecord,
     ReportRecord,
@@ -23,8 +23,9 @@ from salvagelane.store import (
     make_engine,
     upgrade,
 )
-from salvagelane.store.engine import MIGRATIONS_DIR, alembic_head, revision_of
+from salvagelane.store.engine import KNOWN_REVISIONS, MIGRATIONS_DIR, alembic_head, revision_of
 from salvagelane.store.models import Base, UTCDateTime
+from tests.support.cli import salvagelane
 
 NOW = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -55,6 +56,87 @@ def test_migration_environment_ships_inside_the_package() -> None:
 def test_the_head_the_code_expects_is_alembic_head() -> None:
     # HEAD_REVISION spares read commands importing Alembic: a new migration must bump it.
     assert head_revision() == alembic_head()
+
+
+def test_the_revisions_the_code_knows_are_alembics() -> None:
+    # KNOWN_REVISIONS tells a newer salvagelane's database from an outdated one without
+    # Alembic: a new migration must be added to it.
+    from alembic.script import ScriptDirectory
+
+    from salvagelane.store.engine import _alembic_config
+
+    script = ScriptDirectory.from_config(_alembic_config())
+    walked = tuple(reversed([revision.revision for revision in script.walk_revisions()]))
+    assert walked == KNOWN_REVISIONS
+
+
+# --- a database a newer salvagelane migrated (issue 29.10) ------------------------------------
+
+NEWER = "0099_from_the_future"
+NEWER_SAYS = (
+    f"the database schema is at revision '{NEWER}', unknown to this salvagelane "
+    f"(it knows revisions up to {KNOWN_REVISIONS[-1]}): a newer salvagelane wrote it; "
+    "upgrade salvagelane to use this database (salvagelane db upgrade cannot migrate it)"
+)
+
+
+def _migrated_by_a_newer_salvagelane(url: str) -> str:
+    upgrade(url)
+    engine = make_engine(url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(sa.text("UPDATE alembic_version SET version_num = :v"), {"v": NEWER})
+    finally:
+        engine.dispose()
+    return url
+
+
+def test_a_newer_databases_revision_is_refused_not_sent_to_db_upgrade(database_url: str) -> None:
+    url = _migrated_by_a_newer_salvagelane(database_url)
+
+    with pytest.raises(OutdatedDatabaseError) as opening:
+        Store.open(url)
+    with pytest.raises(OutdatedDatabaseError) as upgrading:
+        upgrade(url)
+    with pytest.raises(OutdatedDatabaseError) as downgrading:
+        downgrade(url, "0007")
+
+    for refused in (opening, upgrading, downgrading):
+        assert NEWER_SAYS in str(refused.value)
+        assert "run `salvagelane db upgrade`" not in str(refused.value)
+    assert current_revision(url) == NEWER  # nothing was migrated
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("db", "upgrade"), ("runs", "list"), ("quarantine", "list")],
+    ids=lambda args: "-".join(args),
+)
+def test_the_cli_says_in_one_line_to_upgrade_salvagelane(
+    database_url: str, args: tuple[str, ...]
+) -> None:
+    url = _migrated_by_a_newer_salvagelane(database_url)
+
+    proc = salvagelane(*args, database=url)
+
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert NEWER_SAYS in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "Can't locate revision" not in proc.stderr
+    assert current_revision(url) == NEWER
+
+
+def test_db_current_says_the_database_is_a_newer_salvagelanes(database_url: str) -> None:
+    url = _migrated_by_a_newer_salvagelane(database_url)
+
+    proc = salvagelane("db", "current", database=url)
+
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"revision {NEWER} (newest {KNOWN_REVISIONS[-1]}: unknown to this salvagelane: a newer "
+        "one wrote it; upgrade salvagelane)"
+    ) in proc.stdout
 
 
 def test_the_revision_is_read_as_alembic_reads_it(database_url: str) -> None:

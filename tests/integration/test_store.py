@@ -636,11 +636,11 @@ def test_a_database_not_at_head_is_refused(database_url: str) -> None:
     assert f"needs {head_revision()}" in str(caught.value)
     assert "run `salvagelane db upgrade`" in str(caught.value)
 
-    upgrade(database_url)
-    with _engine(database_url) as engine, engine.begin() as connection:
-        connection.exec_driver_sql("UPDATE alembic_version SET version_num = '0000'")
+    # An older revision this salvagelane knows (one it does not know is a newer
+    # salvagelane's, which `db upgrade` cannot migrate: tests/integration/test_migrations.py).
+    upgrade(database_url, "0007")
     with pytest.raises(
-        StoreError, match=rf"at revision 0000, this salvagelane needs {head_revision()}"
+        StoreError, match=rf"at revision 0007, this salvagelane needs {head_revision()}"
     ):
         Store.open(database_url, auto_upgrade=True)
 

@@ -15,6 +15,7 @@ test_fixture_suite.py replays tests/fixtures/) runs in this process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -481,3 +482,120 @@ def test_capture_and_export_write_no_fixture_naming_a_path(
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"run {run_id}: instruction: {NOT_AN_ID}" in proc.stderr
     assert not destination.exists()
+
+
+# --- fixture files that are not regular files (issue 29.8) ------------------------------------
+
+FIXTURE_FILES = ("raw.txt", "meta.json", "expected.json", "definition.json")
+
+
+def _directory(path: Path, tmp_path: Path) -> str:
+    path.mkdir()
+    return "a directory"
+
+
+def _fifo(path: Path, tmp_path: Path) -> str:
+    os.mkfifo(path)
+    return "a FIFO"
+
+
+def _link_to_a_directory(path: Path, tmp_path: Path) -> str:
+    (tmp_path / "elsewhere").mkdir()
+    path.symlink_to(tmp_path / "elsewhere")
+    return "a symbolic link"
+
+
+def _link_to_a_fifo(path: Path, tmp_path: Path) -> str:
+    os.mkfifo(tmp_path / "elsewhere.fifo")
+    path.symlink_to(tmp_path / "elsewhere.fifo")
+    return "a symbolic link"
+
+
+def _device(path: Path, tmp_path: Path) -> str:
+    import stat
+
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))  # /dev/null's numbers
+    except PermissionError:
+        pytest.skip("creating a device node needs CAP_MKNOD")
+    return "a device"
+
+
+NOT_REGULAR = {
+    "directory": _directory,
+    "fifo": _fifo,
+    "link-to-a-directory": _link_to_a_directory,
+    "link-to-a-fifo": _link_to_a_fifo,
+    "device": _device,
+}
+
+
+def _fixture_with(tmp_path: Path, name: str, kind: str) -> tuple[Path, str]:
+    """A copy of the bundled fixture (with its definition) whose file ``name`` is replaced
+    by ``kind``; the fixture and the word the refusal uses for it."""
+    fixture = tmp_path / "suite" / "hostile"
+    shutil.copytree(BUNDLED, fixture)
+    write_definition_json(fixture, (INSTRUCTIONS / "daily-triage.yaml").read_text("utf-8"))
+    (fixture / name).unlink()
+    return fixture, NOT_REGULAR[kind](fixture / name, tmp_path)
+
+
+@pytest.mark.parametrize("kind", list(NOT_REGULAR))
+@pytest.mark.parametrize("name", FIXTURE_FILES)
+def test_a_fixture_file_that_is_not_a_regular_file_refuses_that_fixture_only(
+    tmp_path: Path, name: str, kind: str
+) -> None:
+    """Replayed as the test suite does (``replayer_for``), with and without --use-current:
+    the fixture is refused naming the file; the suite is not aborted."""
+    fixture, got = _fixture_with(tmp_path, name, kind)
+    shutil.copytree(BUNDLED, tmp_path / "suite" / "good")
+
+    for use_current in (True, False):
+        replayer = replayer_for(INSTRUCTIONS, use_current=use_current)
+        verdicts = {path.name: replayer.replay(path) for path in discover([tmp_path / "suite"])}
+
+        hostile = verdicts["hostile"]
+        assert hostile.verdict == "refused", hostile
+        assert hostile.error == (
+            f"{fixture / name}: expected a regular file inside the fixture, got {got}"
+            + (" (a fixture names no other file)" if got == "a symbolic link" else "")
+        )
+        if use_current:
+            assert verdicts["good"].verdict == "same", verdicts["good"]
+
+
+def test_a_directory_expected_json_is_one_refused_fixture_in_the_replay(tmp_path: Path) -> None:
+    """The reported case: ``replay`` aborted on IsADirectoryError, the others unreplayed."""
+    fixture, _ = _fixture_with(tmp_path, "expected.json", "directory")
+    for name in ("a-good", "z-good"):
+        shutil.copytree(BUNDLED, tmp_path / "suite" / name)
+
+    proc = salvagelane(
+        "replay", str(tmp_path / "suite"), "--use-current", "--instructions", str(INSTRUCTIONS),
+        cwd=tmp_path, database=tmp_path / "unused.db",
+    )  # fmt: skip
+
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == ""
+    said = [line for line in proc.stdout.splitlines() if "expected.json" in line]
+    assert said == [
+        f"    {fixture / 'expected.json'}: expected a regular file inside the fixture, "
+        "got a directory"
+    ]
+    assert proc.stdout.splitlines()[-1] == "3 fixture(s): 2 same, 1 refused"
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts /proc/self/fd")
+@pytest.mark.parametrize("kind", ["directory", "fifo", "link-to-a-directory"])
+def test_refusing_a_fixture_file_leaks_no_descriptor(tmp_path: Path, kind: str) -> None:
+    fixture, _ = _fixture_with(tmp_path, "expected.json", kind)
+    replayer = replayer_for(INSTRUCTIONS, use_current=True)
+    replayer.replay(fixture)  # loads the definition once, outside the count
+    before = len(os.listdir("/proc/self/fd"))
+
+    for _ in range(50):
+        # Before the fix: IsADirectoryError, raised after its descriptor leaked.
+        with contextlib.suppress(Exception):
+            replayer.replay(fixture)
+
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -20,6 +20,8 @@ class RunningUi:
     """The URL the command printed, with the token."""
     base: str
     """``http://127.0.0.1:PORT``."""
+    banner: tuple[str, ...] = ()
+    """The lines the command printed before its URL (``salvagelane ui on DATABASE``)."""
 
 
 @contextmanager
@@ -40,12 +42,14 @@ def running_ui(
     try:
         assert proc.stdout is not None
         url = ""
+        banner: list[str] = []
         for line in proc.stdout:
             if line.startswith("open "):
                 url = line.split(" ", 1)[1].strip()
                 break
+            banner.append(line.rstrip("\n"))
         assert url, f"salvagelane ui printed no URL: {proc.stderr.read() if proc.stderr else ''}"
-        yield RunningUi(url=url, base=url.split("/?", 1)[0])
+        yield RunningUi(url=url, base=url.split("/?", 1)[0], banner=tuple(banner))
     finally:
         proc.send_signal(signal.SIGINT)
         try:

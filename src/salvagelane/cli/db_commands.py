@@ -28,7 +28,7 @@ def db_upgrade_command(database: str | None) -> None:
         return normalised(url).startswith("postgresql")
 
     before = current_revision(url)
-    upgrade(url)
+    upgrade(url)  # OutdatedDatabaseError, before any change, at a revision it does not know
     after = current_revision(url)
     if before == after:
         click.echo(f"{masked_url(url)}: already at revision {after}")
@@ -48,13 +48,20 @@ def db_current_command(database: str | None) -> None:
     """Print the database's migration revision and the newest one (only reads: a missing
     SQLite file is reported, never created)."""
     from salvagelane import environment
-    from salvagelane.store import current_revision, head_revision, masked_url
+    from salvagelane.store import current_revision, head_revision, masked_url, unknown_revision
 
     url = environment.database_url(database)
     current = current_revision(url, read_only=True)
     head = head_revision()
-    state = "up to date" if current == head else "run salvagelane db upgrade"
-    click.echo(f"{masked_url(url)}: revision {current or 'none'} (newest {head}: {state})")
+    if current == head:
+        state = "up to date"
+    elif unknown_revision(url, current) is not None:
+        state = "unknown to this salvagelane: a newer one wrote it; upgrade salvagelane"
+    else:
+        state = "run salvagelane db upgrade"
+    # A revision this salvagelane does not know is whatever the database holds.
+    shown = line(current or "none")
+    click.echo(f"{masked_url(url)}: revision {shown} (newest {head}: {state})")
 
 
 @db_group.command("recover")

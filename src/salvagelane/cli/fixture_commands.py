@@ -108,9 +108,10 @@ def replay_command(
 
     Exit 1 if any fixture differs or cannot be replayed; with --update, differing
     fixtures are rewritten (exit 0 unless one cannot be replayed). Exit 2 if any fixture
-    is refused (meta.json naming a path or an unknown id, a file that is a link, no
-    definition.json without --use-current, a definition.json naming a context callable
-    the definition in --instructions does not): the others are still replayed.
+    is refused (meta.json naming a path or an unknown id, a file that is a link or
+    not a regular file, no definition.json without --use-current, a definition.json
+    naming a context callable the definition in --instructions does not): the others
+    are still replayed.
     """
     from salvagelane.regression import discover, summarise
 

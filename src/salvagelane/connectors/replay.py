@@ -112,40 +112,64 @@ def _optional_int(usage: dict[str, Any], key: str) -> int | None:
 
 def read_fixture_bytes(path: Path, *, limit: int = MAX_FIXTURE_FILE_BYTES) -> bytes:
     """The bytes of ``path``, a file inside a fixture directory; InputError unless it is a
-    regular file (not a symbolic link, FIFO or device) of at most ``limit`` bytes.
+    regular file (not a symbolic link, directory, FIFO or device) of at most ``limit``
+    bytes.
 
     A fixture arrives from elsewhere (attached to a bug report): a link in it would let
-    it name a file of this machine, a FIFO or device would block or never end.
+    it name a file of this machine, a FIFO or device would block or never end, a
+    directory cannot be read. What is not a regular file is refused before it is opened
+    (opening a device may act on it); the open itself refuses a link and does not wait
+    on a FIFO, should one be put in its place meanwhile, and the descriptor is closed on
+    every path.
     """
+    try:
+        status = os.lstat(path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    _require_regular(path, status.st_mode)
     try:
         # O_NOFOLLOW refuses a link in the last component; O_NONBLOCK keeps a FIFO from
         # blocking the open (regular files ignore it).
         handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise InputError(
-                f"{path}: expected a regular file inside the fixture, got a symbolic link "
-                "(a fixture names no other file)"
-            ) from exc
+            _require_regular(path, stat.S_IFLNK)
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    with os.fdopen(handle, "rb") as file:
-        status = os.fstat(file.fileno())
-        if not stat.S_ISREG(status.st_mode):
-            raise InputError(
-                f"{path}: expected a regular file inside the fixture, got "
-                f"{_file_kind(status.st_mode)}"
-            )
+    try:
+        status = os.fstat(handle)
+        _require_regular(path, status.st_mode)  # swapped since lstat
         if status.st_size > limit:
             raise InputError(
                 f"{path}: expected at most {limit} bytes in a fixture file, got {status.st_size}"
             )
-        # Read to the end, not to the size stat saw, but never past the limit.
-        data = bytearray()
+        return _read_bounded(handle, path, limit)
+    finally:
+        os.close(handle)
+
+
+def _require_regular(path: Path, mode: int) -> None:
+    if stat.S_ISLNK(mode):
+        raise InputError(
+            f"{path}: expected a regular file inside the fixture, got a symbolic link "
+            "(a fixture names no other file)"
+        )
+    if not stat.S_ISREG(mode):
+        raise InputError(
+            f"{path}: expected a regular file inside the fixture, got {_file_kind(mode)}"
+        )
+
+
+def _read_bounded(handle: int, path: Path, limit: int) -> bytes:
+    """All of the file ``handle``, to its end (not to the size stat saw), never past ``limit``."""
+    data = bytearray()
+    try:
         while len(data) <= limit:
-            chunk = file.read(min(1 << 20, limit + 1 - len(data)))
+            chunk = os.read(handle, min(1 << 20, limit + 1 - len(data)))
             if not chunk:
                 return bytes(data)
             data += chunk
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     raise InputError(f"{path}: expected at most {limit} bytes in a fixture file, got more")
 
 

@@ -17,6 +17,7 @@ from salvagelane.store.engine import (
     head_revision,
     make_engine,
     masked_url,
+    unknown_revision,
     upgrade,
 )
 from salvagelane.store.fires import FireLedger
@@ -102,5 +103,6 @@ __all__ = [
     "leader_lock_for",
     "make_engine",
     "masked_url",
+    "unknown_revision",
     "upgrade",
 ]

@@ -22,7 +22,12 @@ import tenacity
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from salvagelane.errors import DatabaseOpenError, DatabaseUrlError, StoreError
+from salvagelane.errors import (
+    DatabaseOpenError,
+    DatabaseUrlError,
+    OutdatedDatabaseError,
+    StoreError,
+)
 
 if TYPE_CHECKING:  # imported by the commands that migrate, and only by them
     from alembic.config import Config
@@ -103,17 +108,48 @@ def _parse(url: str) -> URL:
         ) from exc
 
 
+SECRET_QUERY_KEYS = frozenset({"password", "sslpassword"})
+"""Query parameters libpq reads as secrets: ``?password=`` stands for the userinfo's
+password, ``?sslpassword=`` unlocks the client key. (``passfile`` names a file: not one.)"""
+
+_MASK = "***"
+_PLACEHOLDER = "MaskedSecretValue"  # survives URL quoting, unlike "***"
+
+
 def masked_url(url: str | URL) -> str:
-    """``url`` as text with any password replaced by ``***``."""
+    """``url`` as text with any password replaced by ``***``: the userinfo's, and the
+    values of the query parameters in :data:`SECRET_QUERY_KEYS`."""
     parsed = _parse(url) if isinstance(url, str) else url
-    return parsed.render_as_string(hide_password=True)
+    hidden = {key: _PLACEHOLDER for key in parsed.query if key.lower() in SECRET_QUERY_KEYS}
+    if hidden:
+        parsed = parsed.update_query_dict(hidden)
+    return parsed.render_as_string(hide_password=True).replace(_PLACEHOLDER, _MASK)
 
 
-def describe(exc: BaseException) -> str:
-    """The driver's own message for ``exc`` (first line), without SQL or parameters."""
+def url_secrets(url: str | URL) -> list[str]:
+    """The secret values ``url`` carries: its password and those of the query parameters
+    in :data:`SECRET_QUERY_KEYS`; none for text that is not a URL."""
+    try:
+        parsed = _parse(url) if isinstance(url, str) else url
+    except DatabaseUrlError:
+        return []
+    found = [] if parsed.password is None else [str(parsed.password)]
+    for key, value in parsed.query.items():
+        if key.lower() in SECRET_QUERY_KEYS:
+            found.extend((value,) if isinstance(value, str) else value)
+    return [secret for secret in found if secret]
+
+
+def describe(exc: BaseException, url: str | URL | None = None) -> str:
+    """The driver's own message for ``exc`` (first line), without SQL or parameters, nor
+    any secret of ``url`` (a driver may quote what it was given)."""
     cause = getattr(exc, "orig", None) or exc
     text = str(cause).strip().splitlines()
-    return text[0] if text else cause.__class__.__name__
+    first = text[0] if text else cause.__class__.__name__
+    # Longest first: a secret holding another is replaced whole.
+    for secret in sorted(url_secrets(url) if url is not None else (), key=len, reverse=True):
+        first = first.replace(secret, _MASK)
+    return first
 
 
 def make_engine(
@@ -287,10 +323,13 @@ def _configure_sqlite(engine: Engine, busy_timeout: float, *, read_only: bool = 
 # --- migrations -----------------------------------------------------------------------------
 
 
-HEAD_REVISION = "0008"
-"""The migrations' head: the revision this salvagelane's code expects. Known without
-Alembic, which only the commands that migrate import (it is a quarter of a read
-command's start); tests/integration/test_migrations.py holds it equal to Alembic's."""
+KNOWN_REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008")
+"""Every revision the packaged migrations hold, oldest first. Known without Alembic,
+which only the commands that migrate import (it is a quarter of a read command's
+start); tests/integration/test_migrations.py holds it equal to Alembic's."""
+
+HEAD_REVISION = KNOWN_REVISIONS[-1]
+"""The migrations' head: the revision this salvagelane's code expects."""
 
 VERSION_TABLE = "alembic_version"
 
@@ -336,6 +375,31 @@ def revision_of(connection: Connection) -> str | None:
     return revisions[0] if revisions else None
 
 
+def unknown_revision(url: str | URL, current: str | None) -> OutdatedDatabaseError | None:
+    """The error for a database at ``current``, a revision none of this salvagelane's
+    migrations know (a newer salvagelane migrated it), or None for a known revision.
+
+    Alembic cannot migrate from a revision it cannot locate, so telling the operator to
+    run ``salvagelane db upgrade`` would only lead to "Can't locate revision".
+    """
+    if current is None or current in KNOWN_REVISIONS:
+        return None
+    return OutdatedDatabaseError(
+        f"{masked_url(url)}: the database schema is at revision {current!r}, unknown to "
+        f"this salvagelane (it knows revisions up to {HEAD_REVISION}): a newer salvagelane "
+        "wrote it; upgrade salvagelane to use this database (salvagelane db upgrade "
+        "cannot migrate it)"
+    )
+
+
+def _known_revision_of(connection: Connection, url: str) -> str | None:
+    """The database's revision; OutdatedDatabaseError when this salvagelane does not know it."""
+    current = revision_of(connection)
+    if (error := unknown_revision(url, current)) is not None:
+        raise error
+    return current
+
+
 def upgrade_connection(connection: Connection, revision: str = "head") -> None:
     """Migrate the database on ``connection`` to ``revision`` inside its transaction."""
     from alembic import command
@@ -361,7 +425,7 @@ def store_errors(url: str | URL, operation: str) -> Iterator[None]:
     except Exception as exc:
         if not isinstance(exc, (SQLAlchemyError, *_migration_errors())):
             raise
-        raise StoreError(f"{masked_url(url)}: {operation} failed: {describe(exc)}") from exc
+        raise StoreError(f"{masked_url(url)}: {operation} failed: {describe(exc, url)}") from exc
 
 
 def connect(engine: Engine) -> Connection:
@@ -371,7 +435,7 @@ def connect(engine: Engine) -> Connection:
         return engine.connect()
     except SQLAlchemyError as exc:
         raise DatabaseOpenError(
-            f"{masked_url(engine.url)}: cannot open the database: {describe(exc)}"
+            f"{masked_url(engine.url)}: cannot open the database: {describe(exc, engine.url)}"
         ) from exc
 
 
@@ -389,7 +453,12 @@ def _with_connection(
 
 def upgrade(url: str, revision: str = "head") -> None:
     """Migrate the database at ``url`` to ``revision`` (default: head), atomically."""
-    _with_connection(url, f"upgrade to {revision}", lambda c: upgrade_connection(c, revision))
+
+    def work(connection: Connection) -> None:
+        _known_revision_of(connection, url)
+        upgrade_connection(connection, revision)
+
+    _with_connection(url, f"upgrade to {revision}", work)
 
 
 def downgrade(url: str, revision: str) -> None:
@@ -397,13 +466,14 @@ def downgrade(url: str, revision: str) -> None:
     _with_connection(
         url,
         f"downgrade to {revision}",
-        lambda c: _downgrade_connection(c, revision),
+        lambda c: _downgrade_connection(c, url, revision),
     )
 
 
-def _downgrade_connection(connection: Connection, revision: str) -> None:
+def _downgrade_connection(connection: Connection, url: str, revision: str) -> None:
     from alembic import command
 
+    _known_revision_of(connection, url)
     command.downgrade(_alembic_config(connection), revision)
 
 

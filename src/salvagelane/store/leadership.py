@@ -156,7 +156,7 @@ class PostgresLeaderLock(_HeldWhileInside):
                 connection.close()
             engine.dispose()
             raise StoreError(
-                f"{self.url}: take the scheduler leader lock failed: {describe(exc)}"
+                f"{self.url}: take the scheduler leader lock failed: {describe(exc, self._url)}"
             ) from exc
         if not acquired:
             connection.close()

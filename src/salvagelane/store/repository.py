@@ -45,6 +45,7 @@ from salvagelane.store.engine import (
     masked_url,
     revision_of,
     store_errors,
+    unknown_revision,
     upgrade_connection,
 )
 from salvagelane.store.figures import figures_of
@@ -128,6 +129,8 @@ class Store:
             if fresh and auto_upgrade:
                 upgrade_connection(connection)
                 return
+        if (newer := unknown_revision(self._url, current)) is not None:
+            raise newer
         if current != head:
             raise OutdatedDatabaseError(
                 f"{self.url}: the database schema is at revision {current or '(none)'}, "
