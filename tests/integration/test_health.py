@@ -74,15 +74,17 @@ def test_the_figures_of_one_instruction(store: Store) -> None:
         )
     ]  # fmt: skip
     assert [run.clean for run in health.recent][:5] == [True, True, True, False, False]
-    # The window: 7 UTC days up to NOW, so the failed run 9 days back is out of it.
+    # The window: 7 UTC days up to NOW, so the failed run 9 days back is out of it. Its
+    # statuses, finish reasons and rates count the scheduled runs: not the manual one.
     assert health.since == datetime(2026, 11, 15, tzinfo=UTC)
-    assert health.runs == 8
-    assert dict(health.statuses) == {"ok": 4, "partial": 2, "interrupted": 1, "missed": 1}
-    assert health.ended == 7
-    assert health.partial_rate == round(2 / 7, 4)
+    assert not health.every_trigger
+    assert health.runs == 7
+    assert dict(health.statuses) == {"ok": 4, "partial": 1, "interrupted": 1, "missed": 1}
+    assert health.ended == 6
+    assert health.partial_rate == round(1 / 6, 4)
     assert health.failed_rate == 0.0
     assert (health.missed_fires, health.interrupted_fires) == (1, 1)
-    assert dict(health.finish_reasons) == {"stop": 6, "length": 1}
+    assert dict(health.finish_reasons) == {"stop": 6}
     assert {day: dict(c) for day, c in health.quarantined_by_day.items()} == {
         "2026-11-16": {"schema": 1, "truncated": 1},
         "2026-11-18": {"schema": 1},
@@ -93,6 +95,44 @@ def test_the_figures_of_one_instruction(store: Store) -> None:
     ]  # fmt: skip
     assert (tokens["2026-11-18"].prompt, tokens["2026-11-18"].total) == (200, 280)
     assert tokens["2026-11-18"].attempts == 2
+
+
+def test_every_trigger_counts_the_manual_run_in_the_rates(store: Store) -> None:
+    history(store)
+
+    scheduled = store.health.instruction_health("daily", now=NOW, days=7)
+    every = store.health.instruction_health("daily", now=NOW, days=7, every_trigger=True)
+
+    assert every.every_trigger
+    assert every.runs == 8
+    assert dict(every.statuses) == {"ok": 4, "partial": 2, "interrupted": 1, "missed": 1}
+    assert every.ended == 7
+    assert every.partial_rate == round(2 / 7, 4)
+    assert dict(every.finish_reasons) == {"stop": 6, "length": 1}
+    # What is not a rate is the same either way.
+    assert every.streak == scheduled.streak
+    assert every.recent == scheduled.recent
+    assert every.quarantined_by_day == scheduled.quarantined_by_day
+    assert every.tokens_by_day == scheduled.tokens_by_day
+
+
+def test_a_failed_run_by_hand_does_not_read_as_the_schedule_failing(
+    database_url: str, store: Store
+) -> None:
+    # Issue 30: one `run` without its key set showed "failed 33.3%" from then on.
+    for back in (2, 1):
+        seed(store, at=NOW - back * DAY, status=RunStatus.OK)
+    seed(store, at=NOW, status=RunStatus.FAILED, trigger=Trigger.MANUAL)
+
+    # A window wide enough to hold NOW whatever the day the tests run.
+    args = ("health", "--instruction", "daily", "--days", "3660")
+    proc = salvagelane(*args, database=database_url)
+    every = salvagelane(*args, "--all", database=database_url)
+
+    assert proc.returncode == every.returncode == 0, proc.stderr + every.stderr
+    assert "failed 0.0%" in proc.stdout
+    assert "scheduled runs (--all: every trigger)" in proc.stdout
+    assert "failed 33.3%" in every.stdout
 
 
 def test_an_approval_or_a_pending_item_makes_a_run_unclean(store: Store) -> None:
@@ -121,8 +161,9 @@ def test_running_runs_and_manual_runs_do_not_count(store: Store) -> None:
 
     assert health.streak.count == 1
     assert health.streak.broken_by is None
-    assert health.statuses == {"running": 1, "ok": 2}
-    assert health.ended == 2
+    # The manual run is not counted in the window's statuses either (issue 30).
+    assert health.statuses == {"running": 1, "ok": 1}
+    assert health.ended == 1
 
 
 def test_the_command_prints_the_same_figures(database_url: str, store: Store) -> None:

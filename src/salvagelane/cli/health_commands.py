@@ -37,6 +37,13 @@ _STRIP = {"ok": "o", "partial": "p", "failed": "F", "interrupted": "I", "missed"
     type=click.IntRange(min=1, max=3660),
     help="Rates, reasons, fires and tokens over the last N days (UTC).",
 )
+@click.option(
+    "--all",
+    "every_trigger",
+    is_flag=True,
+    help="Count runs of every trigger (manual, replay, ...) in the window's statuses, "
+    "finish reasons and rates; by default only scheduled runs.",
+)
 @queue_stall_option(
     DEFAULT_QUEUE_STALL_SECONDS,
     "Queued runs waiting this long with no worker consuming the task queue: stalled.",
@@ -46,6 +53,7 @@ _STRIP = {"ok": "o", "partial": "p", "failed": "F", "interrupted": "I", "missed"
 def health_command(
     instruction_id: str | None,
     days: int,
+    every_trigger: bool,
     queue_stall_seconds: float,
     database: str | None,
     as_json: bool,
@@ -53,6 +61,10 @@ def health_command(
     """Show each instruction's run health: clean scheduled runs in a row, recent statuses,
     partial and failed rates, quarantine reasons per day, finish reasons, missed and
     interrupted fires, tokens per day.
+
+    The window's statuses, finish reasons and rates count scheduled runs only (a run by
+    hand or a replay is not the job failing); --all counts every trigger. Quarantine
+    reasons and tokens per day count every run.
 
     A clean run is a scheduled run that ended ok with nothing quarantined (nor approved by
     an operator); missed and interrupted fires break the streak.
@@ -69,7 +81,11 @@ def health_command(
         else:
             ids = store.instruction_ids()
         figures = store.health.healths(
-            ids, now=now, days=days, queue_stall_seconds=queue_stall_seconds
+            ids,
+            now=now,
+            days=days,
+            queue_stall_seconds=queue_stall_seconds,
+            every_trigger=every_trigger,
         )
         url = store.url
     if as_json:
@@ -122,9 +138,10 @@ def health_text(health: InstructionHealth) -> str:
         f"recent       {strip or '-'}  (oldest to newest; o ok, p partial, F failed, "
         "I interrupted, M missed)"
     )
+    counted = "runs" if health.every_trigger else "scheduled runs (--all: every trigger)"
     lines.append(
         f"window       {health.days} days since {when(health.since)} UTC: "
-        f"{health.runs} runs, {health.ended} ended"
+        f"{health.runs} {counted}, {health.ended} ended"
     )
     lines.append(f"statuses     {_counts(health.statuses)}")
     lines.append(

@@ -16,8 +16,13 @@ they cannot disagree.
 - The **window** is the last ``days`` UTC days up to ``now``; rates, finish reasons,
   missed and interrupted fires, quarantine reasons and tokens per day are over it. The
   **recent** strip is the last 30 runs of any trigger, newest first.
-- **partial rate** and **failed rate** are over the runs that ended in the window (``ok``,
-  ``partial``, ``failed``, ``interrupted``); None when none did.
+- The window's **runs**, **statuses**, **finish reasons** and the **partial rate** and
+  **failed rate** count the scheduled runs (the job being watched), unless every trigger
+  is asked for (``every_trigger``: ``health --all``): a ``run`` by hand without its key
+  set, a replay while writing a definition, must not read as the schedule failing.
+  Quarantine reasons and tokens per day count every run (review load and spend).
+- **partial rate** and **failed rate** are over the counted runs that ended in the
+  window (``ok``, ``partial``, ``failed``, ``interrupted``); None when none did.
 - The **queue** figures are of now, not of the window: the instruction's runs waiting
   ``queued`` for a worker, since when the oldest waits, the workers consuming the task
   queue, and whether it is **stalled** (:mod:`.backlog`: the oldest has waited longer than
@@ -146,6 +151,9 @@ class InstructionHealth:
     queue_workers: int | None = None
     """Workers consuming the task queue now; None: the database has no queue tables."""
     queue_stalled: bool = False
+    every_trigger: bool = False
+    """The window's runs, statuses, finish reasons and rates count every trigger; False:
+    only scheduled runs (``schedule``, ``catch_up``)."""
 
 
 # --- the pure computation -------------------------------------------------------------------
@@ -248,15 +256,18 @@ def health_of(
     attempts: Iterable[tuple[datetime, Any]],
     queue: QueueFigures = NO_QUEUE,
     queue_stall_seconds: float = float("inf"),
+    every_trigger: bool = False,
 ) -> InstructionHealth:
     """The figures from their inputs: the ``recent`` runs (newest first), the ended
     ``scheduled`` runs newest first (read lazily, as far as the streak goes), the runs of
     the ``window``, its quarantined items as (created at, reason, count), its model
-    calls as (started at, usage), and the task queue's waits now (``until``)."""
+    calls as (started at, usage), and the task queue's waits now (``until``). The window's
+    rates count its scheduled runs only, unless ``every_trigger``."""
     wait = queue.waits.get(instruction_id)
     statuses: dict[str, int] = {}
     finish: dict[str, int] = {}
-    for run in window:
+    counted = window if every_trigger else [run for run in window if run.scheduled]
+    for run in counted:
         statuses[run.status] = statuses.get(run.status, 0) + 1
         if run.status in FINAL_RUN_STATUSES:
             reason = run.finish_reason or "none"
@@ -270,7 +281,7 @@ def health_of(
         days=days,
         recent=tuple(recent_of(run) for run in recent[:RECENT_RUNS]),
         streak=streak_of(scheduled),
-        runs=len(window),
+        runs=len(counted),
         ended=ended,
         statuses={str(s): statuses[s] for s in RunStatus if s in statuses},
         partial_rate=rate(statuses.get(RunStatus.PARTIAL, 0), ended),
@@ -284,6 +295,7 @@ def health_of(
         oldest_queued_at=None if wait is None else wait.oldest,
         queue_workers=queue.live_workers,
         queue_stalled=queue.stalled(instruction_id, now=until, after_seconds=queue_stall_seconds),
+        every_trigger=every_trigger,
     )
 
 
@@ -304,10 +316,15 @@ class HealthReader:
         now: datetime,
         days: int = DEFAULT_DAYS,
         queue_stall_seconds: float = float("inf"),
+        every_trigger: bool = False,
     ) -> InstructionHealth:
         """The figures of ``instruction_id`` over the ``days`` UTC days up to ``now``."""
         return self.healths(
-            [instruction_id], now=now, days=days, queue_stall_seconds=queue_stall_seconds
+            [instruction_id],
+            now=now,
+            days=days,
+            queue_stall_seconds=queue_stall_seconds,
+            every_trigger=every_trigger,
         )[0]
 
     def healths(
@@ -317,6 +334,7 @@ class HealthReader:
         now: datetime,
         days: int = DEFAULT_DAYS,
         queue_stall_seconds: float = float("inf"),
+        every_trigger: bool = False,
     ) -> list[InstructionHealth]:
         """The figures of each of ``instruction_ids`` (in that order), read together: the
         window, the quarantine and the tokens of all of them in one query each.
@@ -369,6 +387,7 @@ class HealthReader:
                     attempts=attempts.get(i, []),
                     queue=queue,
                     queue_stall_seconds=queue_stall_seconds,
+                    every_trigger=every_trigger,
                 )
                 for i in ids
             ]
@@ -550,6 +569,11 @@ def _quarantined_by_instruction(
     return [(str(i), str(d), str(r), n) for i, d, r, n in session.execute(stmt).tuples()]
 
 
+COUNTED_SCHEDULED = "scheduled"
+COUNTED_ALL = "all"
+"""The window's runs, statuses, finish reasons and rates count: scheduled runs, or all."""
+
+
 def health_json(health: InstructionHealth) -> dict[str, Any]:
     """``health`` as JSON-ready data: what ``salvagelane health --json`` prints and the
     page's health view shows."""
@@ -575,6 +599,7 @@ def health_json(health: InstructionHealth) -> dict[str, Any]:
             "broken_by": None if streak.broken_by is None else recent(streak.broken_by),
         },
         "recent": [recent(run) for run in health.recent],
+        "counted": COUNTED_ALL if health.every_trigger else COUNTED_SCHEDULED,
         "runs": health.runs,
         "ended": health.ended,
         "statuses": dict(health.statuses),
