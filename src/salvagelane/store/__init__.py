@@ -34,6 +34,7 @@ from salvagelane.store.state import StateReader, StoreState
 from salvagelane.store.values import (
     ApprovalView,
     AttemptView,
+    BulkSelection,
     ClaimedDelivery,
     DefinitionRecord,
     DeliveryRun,
@@ -58,6 +59,7 @@ __all__ = [
     "SCHEDULER_LOCK_KEY",
     "ApprovalView",
     "AttemptView",
+    "BulkSelection",
     "ClaimedDelivery",
     "DefinitionRecord",
     "DeliveryOutbox",
