@@ -47,6 +47,7 @@ from salvagelane.definitions import Instruction
 from salvagelane.definitions.directory import load_definitions, require_loadable
 from salvagelane.errors import (
     ConfigurationError,
+    NotFoundError,
     QueueError,
     RunStateError,
     RunTakenError,
@@ -227,11 +228,12 @@ class QueueDispatch:
 def cancel_run(url: str, store: Store, run_id: str, *, now: datetime) -> QueuedRun:
     """``runs cancel``: a queued run ends ``cancelled`` and its job is cancelled; a
     running one's job is asked to abort (the worker ends the run ``cancelled`` at its next
-    check point). Returns the run as it stands. RunStateError for a run that has ended;
-    ConfigurationError for a run not dispatched through the queue."""
+    check point). Returns the run as it stands. NotFoundError for an unknown id,
+    RunStateError for a run that has ended, ConfigurationError for a run not dispatched
+    through the queue."""
     run = store.queued.get(run_id)
     if run is None:
-        raise RunStateError(f"{store.url}: no run with id {run_id}")
+        raise NotFoundError(f"{store.url}: no run with id {run_id}")
     if run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
         raise RunStateError(f"run {run.id} has ended ({run.status}): nothing to cancel")
     if run.job_id is None:

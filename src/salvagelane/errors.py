@@ -3,6 +3,20 @@
 Foreign exceptions (json, jsonschema, OS errors) are translated once, at the
 boundary where they happen, with ``raise ... from exc``. Messages say what was
 wrong, where, and what was expected.
+
+The hierarchy follows what went wrong, not how a caller answers it. Four kinds say what
+an operator's request met, and each front end maps them in one place (the command line's
+exit codes in :func:`salvagelane.cli.app.exit_code_for`, the review page's HTTP statuses
+in :func:`salvagelane.ui.app.status_for`):
+
+- :class:`RefusedInputError`: what was given (an option, a file, a form field, a URL, a
+  definition) cannot be used as given;
+- :class:`NotFoundError`: an id that names nothing;
+- :class:`ConflictError`: something that exists, but not in the state the action needs;
+- :class:`UnavailableError`: a database or service that cannot serve the request now.
+
+Errors of an operation that was tried and failed (a provider, a sink, the store, the
+queue) sit beside them.
 """
 
 from __future__ import annotations
@@ -14,7 +28,30 @@ class SalvagelaneError(Exception):
     """Base class for every error salvagelane raises on purpose."""
 
 
-class ConfigurationError(SalvagelaneError):
+class RefusedInputError(SalvagelaneError):
+    """What was given (an option, a file, a form field, a URL, a definition) cannot be
+    used as given; nothing was done with it. The command line exits 2 (an invalid
+    definition: 1), the review page answers 400."""
+
+
+class NotFoundError(SalvagelaneError):
+    """A run, attempt, quarantined item or instruction id that names nothing. The command
+    line exits 2, the review page answers 404."""
+
+
+class ConflictError(SalvagelaneError):
+    """Something that exists, but not in the state the action needs (an item reviewed
+    already, a run that has ended, a list that changed since it was confirmed); nothing
+    was changed. The command line exits 2, the review page answers 409."""
+
+
+class UnavailableError(SalvagelaneError):
+    """A database or service that cannot serve the request now: missing, unreachable,
+    behind the code's revision, held by another process. The command line exits 2, the
+    review page answers 503."""
+
+
+class ConfigurationError(RefusedInputError):
     """A definition, schema, allow-list or option is unusable as given."""
 
 
@@ -44,7 +81,7 @@ class ItemsPathError(ConfigurationError):
     """The dotted items path is not well formed."""
 
 
-class InputError(SalvagelaneError):
+class InputError(RefusedInputError):
     """Raw input could not be read at all (not: could not be salvaged)."""
 
 
@@ -83,23 +120,26 @@ class ProviderError(ConnectorError):
 class StoreError(SalvagelaneError):
     """The database could not be opened, migrated, read or written.
 
-    Messages name the database (with any password masked) and the operation.
+    Messages name the database (with any password masked) and the operation. A write or
+    read that failed is a failed operation (the command line exits 1; the review page
+    answers 503); the subclasses that are also an :class:`UnavailableError` or a
+    :class:`RefusedInputError` are refusals before anything started (exit 2).
     """
 
 
-class OutdatedDatabaseError(StoreError):
+class OutdatedDatabaseError(StoreError, UnavailableError):
     """The database's schema is not the one this salvagelane needs: the operator runs
     ``salvagelane db upgrade`` (the CLI exits 2, as for anything the user must fix)."""
 
 
-class DatabaseOpenError(StoreError):
+class DatabaseOpenError(StoreError, UnavailableError):
     """The database cannot be opened for the command: no SQLite file where a read command
     looks (read commands never create one), a directory in which SQLite cannot create or
     write its files, a server that refuses the connection. Nothing was read or written;
     the CLI exits 2, as for anything the user must fix."""
 
 
-class ServeLockedError(StoreError):
+class ServeLockedError(StoreError, UnavailableError):
     """Another ``salvagelane serve`` already leads on this SQLite database (it holds the
     serve lock beside the file). Refused before anything starts; the CLI exits 2."""
 
@@ -119,7 +159,7 @@ class AttemptNotStoredError(StoreError):
         self.spool_file = spool_file
 
 
-class DatabaseUrlError(StoreError):
+class DatabaseUrlError(StoreError, RefusedInputError):
     """A database URL that cannot be used as given: not well formed, an unsupported
     database, or one that keeps nothing (an in-memory or temporary SQLite database, where
     every run, report and review would vanish with the process). The CLI exits 2."""
@@ -138,17 +178,10 @@ class UnresolvedCallableError(ConfigurationError):
         self.part = part
 
 
-class NotFoundError(SalvagelaneError):
-    """A run, attempt or quarantined item id that the database does not hold."""
-
-
-class ReviewStateError(NotFoundError):
+class ReviewStateError(ConflictError):
     """A quarantined item that exists but not in the state a review action needs: approving
-    or rejecting an item that is not pending, approving one whose run has no report.
-
-    A NotFoundError (the CLI exits 2): like an unknown id, the operator named an item the
-    action cannot take, and nothing was changed.
-    """
+    or rejecting an item that is not pending, approving one whose run has no report, a
+    bulk reject whose items changed since they were confirmed. Nothing was changed."""
 
 
 class SinkError(SalvagelaneError):
@@ -161,7 +194,7 @@ class SinkError(SalvagelaneError):
         self.retryable = retryable
 
 
-class DuplicateFireError(SalvagelaneError):
+class DuplicateFireError(ConflictError):
     """A scheduled fire (instruction and fire time) that already has a run row.
 
     Raised when a second claim is made for a fire time that was already claimed (by this
@@ -192,7 +225,7 @@ class QueueError(SalvagelaneError):
     refused or failed: a job could not be enqueued, cancelled or run."""
 
 
-class RunTakenError(SalvagelaneError):
+class RunTakenError(ConflictError):
     """A queued run that is no longer ``queued`` when a worker comes to take it: another
     worker took it, or it was cancelled. The worker does nothing (at most once)."""
 
@@ -203,6 +236,6 @@ class RunTakenError(SalvagelaneError):
         self.status = status
 
 
-class RunStateError(NotFoundError):
+class RunStateError(ConflictError):
     """A command asked to act on a run in a state it does not act on (``runs cancel`` of
-    a run that has ended): like acting twice on a quarantined item, exit 2."""
+    a run that has ended): like acting twice on a quarantined item."""

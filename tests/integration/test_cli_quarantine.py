@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.cli import EIGHTH, FIXTURE, ROOT, salvagelane, upgraded
+from salvagelane.store import Store
+from salvagelane.vocabulary import RunStatus, Trigger
+from tests.support.cli import EIGHTH, FIXTURE, ROOT, clean_env, command, salvagelane, upgraded
+from tests.support.history import seed
 
 COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
 
@@ -331,3 +336,50 @@ def test_export_writes_the_fixture_of_the_items_run_and_replay_reproduces_it(
     assert unknown.returncode == 2
     assert "999999" in unknown.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_bulk_reject_rejects_only_the_items_it_asked_about(database_url: str) -> None:
+    """Issue 29.7: an item quarantined while ``--reject-all`` waits for its answer is not
+    among those it asked about, and stays pending."""
+    database = upgraded(database_url)
+    now = datetime.now(UTC)
+    with Store.open(database) as store:
+        asked_run = seed(
+            store, at=now, status=RunStatus.PARTIAL, trigger=Trigger.MANUAL, reasons=("truncated",)
+        )
+        [asked_item] = [q.id for q in store.get_run(asked_run).quarantined]
+    proc = subprocess.Popen(
+        command("quarantine", "list", "--reason", "truncated", "--reject-all", "--note", "noise"),
+        env=clean_env({"SALVAGELANE_DATABASE_URL": database}),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        question = ""
+        while not question.endswith("[y/N]: "):
+            character = proc.stderr.read(1)
+            assert character, f"no question asked: {question}"
+            question += character
+        assert "reject 1 pending quarantined item(s) (reason truncated)?" in question
+        with Store.open(database) as store:
+            later_run = seed(
+                store,
+                at=now,
+                status=RunStatus.PARTIAL,
+                trigger=Trigger.MANUAL,
+                reasons=("truncated",),
+            )
+            [later_item] = [q.id for q in store.get_run(later_run).quarantined]
+        out, errors = proc.communicate("y\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    assert proc.returncode == 0, errors
+    assert out == "rejected 1 pending item(s)\n"
+    statuses = {item["id"]: item["review_status"] for item in listed(database)}
+    assert statuses == {asked_item: "rejected", later_item: "pending"}

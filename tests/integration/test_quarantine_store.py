@@ -460,6 +460,50 @@ def test_reject_matching_rejects_exactly_the_matching_pending_items(store: Store
         )
 
 
+def test_a_confirmed_bulk_reject_takes_only_the_items_it_showed(store: Store) -> None:
+    """Issue 29.7: what arrives between the confirmation and the confirming action stays
+    pending, and a confirmed list that changed otherwise rejects nothing."""
+    shown_run, _ = seed_run(store, at=T0, reasons=("schema", "truncated"))
+    lane = store.quarantine
+    where = QuarantineFilter(instruction_id="daily")
+    confirmed = lane.bulk_selection(where)
+    shown = ids_of(store, shown_run)
+    assert confirmed.count == 2
+    assert confirmed.through_id == max(shown["schema"], shown["truncated"])
+    later_run, _ = seed_run(store, at=T0 + timedelta(hours=1), reasons=("schema",))
+
+    rejected = lane.reject_matching(where, actor="ops", note="noise", now=T0, confirmed=confirmed)
+
+    assert sorted(rejected) == sorted([shown["schema"], shown["truncated"]])
+    later = ids_of(store, later_run)["schema"]
+    assert lane.get_quarantine(later).review_status == "pending"
+
+    # One item reviewed meanwhile and another arrived: the count is the same, the items
+    # are not. Nothing is rejected.
+    again = lane.bulk_selection(where)
+    assert again.count == 1
+    lane.reject_quarantined(later, actor="carol", note="seen", now=T0)
+    newest_run, _ = seed_run(store, at=T0 + timedelta(hours=2), reasons=("schema",))
+    newest = ids_of(store, newest_run)["schema"]
+    with pytest.raises(ReviewStateError, match="changed since they were confirmed"):
+        lane.reject_matching(where, actor="ops", note="noise", now=T0, confirmed=again)
+    assert lane.get_quarantine(newest).review_status == "pending"
+    assert lane.get_quarantine(newest).reviews == []
+
+
+def test_an_id_beyond_any_column_is_not_found(store: Store) -> None:
+    """Issue 29.11: an id no database column can hold names nothing (it used to reach
+    the driver, which cannot bind it: OverflowError on SQLite)."""
+    lane = store.quarantine
+    for huge in (2**31, 2**40, 2**63, 99999999999999999999999, -(2**70), 0):
+        with pytest.raises(NotFoundError, match=f"no quarantined item with id {huge}"):
+            lane.get_quarantine(huge)
+        with pytest.raises(NotFoundError, match="no quarantined item"):
+            lane.reject_quarantined(huge, actor="a", note="x", now=T0)
+        with pytest.raises(NotFoundError, match="no quarantined item"):
+            lane.neighbours(QuarantineFilter(), huge)
+
+
 def test_a_note_keeps_the_status_and_is_audited(store: Store) -> None:
     run_id, _ = seed_run(store)
     quarantine_id = ids_of(store, run_id)["schema"]

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -19,7 +20,9 @@ from starlette.testclient import TestClient
 from salvagelane.store import Store
 from salvagelane.ui.app import Settings, create_app
 from salvagelane.ui.security import CSP, Access
+from salvagelane.vocabulary import RunStatus, Trigger
 from tests.support.cli import ROOT, clean_env, command, salvagelane
+from tests.support.history import seed
 from tests.support.review_page import IMG, SCRIPT, TOKEN, Reviewed, csrf_of, reviewed_database
 
 
@@ -50,6 +53,11 @@ def signed_in(store: Store) -> TestClient:
     assert answer.status_code == 303
     assert answer.headers["location"] == "/"
     return client
+
+
+def confirmation_of(html: str) -> dict[str, str]:
+    """The hidden fields a bulk reject's confirmation page sends back: what it showed."""
+    return dict(re.findall(r'name="(confirmed|through|digest)" value="([^"]*)"', html))
 
 
 def status_and_audit(store: Store, item: int) -> tuple[str, list[str]]:
@@ -199,7 +207,9 @@ def test_bulk_reject_asks_first_and_takes_the_filter(reviewed: Reviewed, store: 
     assert status_and_audit(store, reviewed.hostile_item) == ("pending", [])
     stale = client.post("/reject-all", data={**form, "confirmed": "7"})
     assert "Reject 1 pending item(s)?" in stale.text  # a count that changed asks again
-    done = client.post("/reject-all", data={**form, "confirmed": "1"}, follow_redirects=False)
+    confirmation = confirmation_of(asked.text)
+    assert confirmation["confirmed"] == "1"
+    done = client.post("/reject-all", data={**form, **confirmation}, follow_redirects=False)
     assert done.status_code == 303
     assert status_and_audit(store, reviewed.hostile_item) == ("rejected", ["bulk_reject"])
     assert status_and_audit(store, reviewed.schema_item) == ("pending", [])
@@ -295,3 +305,119 @@ def test_listening_beyond_loopback_is_warned_about(reviewed: Reviewed, tmp_path:
         _, errors = proc.communicate(timeout=30)
     assert proc.returncode == 0
     assert "warning: listening on 0.0.0.0, not 127.0.0.1" in errors
+
+
+def test_bulk_reject_rejects_only_the_items_it_confirmed(reviewed: Reviewed, store: Store) -> None:
+    """Issue 29.7: an item quarantined between the confirmation and the confirming POST
+    is not rejected unseen, even when another left the filter meanwhile (the count the
+    confirmation showed is then right again)."""
+    client = signed_in(store)
+    csrf = Access(token=TOKEN, loopback=True).csrf()
+    form = {"instruction": "hostile", "note": "noise", "csrf": csrf}
+    asked = client.post("/reject-all", data=form)
+    confirmation = confirmation_of(asked.text)
+    assert confirmation["confirmed"] == "1"
+    arrived = seed(
+        store,
+        at=datetime.now(UTC),
+        status=RunStatus.PARTIAL,
+        trigger=Trigger.MANUAL,
+        instruction_id="hostile",
+        reasons=("malformed",),
+    )
+    [arrived_item] = [q.id for q in store.get_run(arrived).quarantined]
+
+    done = client.post("/reject-all", data={**form, **confirmation}, follow_redirects=False)
+
+    assert done.status_code == 303
+    assert "rejected+1" in done.headers["location"]
+    assert status_and_audit(store, reviewed.hostile_item) == ("rejected", ["bulk_reject"])
+    assert status_and_audit(store, arrived_item) == ("pending", [])
+
+    # Confirmed: the arrived item. Then it is rejected by someone else and a third one
+    # arrives: one pending item again, but not the one confirmed.
+    confirmation = confirmation_of(client.post("/reject-all", data=form).text)
+    assert confirmation["confirmed"] == "1"
+    store.quarantine.reject_quarantined(
+        arrived_item, actor="bob", note="seen", now=datetime.now(UTC)
+    )
+    third = seed(
+        store,
+        at=datetime.now(UTC),
+        status=RunStatus.PARTIAL,
+        trigger=Trigger.MANUAL,
+        instruction_id="hostile",
+        reasons=("malformed",),
+    )
+    [third_item] = [q.id for q in store.get_run(third).quarantined]
+
+    changed = client.post("/reject-all", data={**form, **confirmation}, follow_redirects=False)
+
+    assert changed.status_code == 409
+    assert 'id="changed"' in changed.text
+    assert "Reject 1 pending item(s)?" in changed.text  # asked again, about the third
+    assert status_and_audit(store, third_item) == ("pending", [])
+    assert changed.headers["content-security-policy"] == CSP
+
+
+def test_review_state_conflicts_are_409(reviewed: Reviewed, store: Store) -> None:
+    """Issue 29.11: an item reviewed already exists: 409, not 404."""
+    client = signed_in(store)
+    csrf = Access(token=TOKEN, loopback=True).csrf()
+    item = reviewed.hostile_item
+    first = client.post(
+        f"/items/{item}/reject", data={"note": "spam", "csrf": csrf}, follow_redirects=False
+    )
+    assert first.status_code == 303
+
+    again = client.post(f"/items/{item}/reject", data={"note": "spam", "csrf": csrf})
+    approve = client.post(f"/items/{item}/approve", data={"corrected": '{"a": 1}', "csrf": csrf})
+
+    for answer in (again, approve):
+        assert answer.status_code == 409, answer.text
+        assert "it is rejected" in answer.text
+        assert answer.headers["content-security-policy"] == CSP
+    unknown = client.post("/items/999999/reject", data={"note": "spam", "csrf": csrf})
+    assert unknown.status_code == 404
+    assert "no quarantined item with id 999999" in unknown.text
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/?since=0001-01-01T00:00:00%2B14:00",
+        "/?since=9999-12-31T23:59:59-14:00",
+        "/items/{item}?since=0001-01-01T00:00:00%2B14:00",
+        "/items/99999999999999999999999",
+        "/items/9223372036854775808",
+        "/items/2147483648",
+    ],
+)
+def test_extreme_dates_and_ids_are_refused_not_crashed(
+    reviewed: Reviewed, store: Store, path: str
+) -> None:
+    """Issue 29.11: a moment out of datetime's range in UTC and an id beyond any column
+    were a 500 (OverflowError): one clear message, with the security headers."""
+    client = TestClient(
+        create_app(
+            Settings(
+                store=store,
+                access=Access(token=TOKEN, loopback=True),
+                instructions_dir=ROOT / "instructions",
+                actor="alice",
+            )
+        ),
+        base_url="http://127.0.0.1:8765",
+        raise_server_exceptions=False,
+    )
+
+    answer = client.get(path.format(item=reviewed.hostile_item))
+
+    assert answer.status_code in (400, 404), answer.text
+    message = re.search(r'<p class="error" id="error">([^<]*)</p>', answer.text)
+    assert message is not None
+    if answer.status_code == 400:
+        assert message.group(1).startswith("since: expected a moment from year 1 to 9999")
+    else:
+        assert "no quarantined item with id" in message.group(1)
+    assert answer.headers["content-security-policy"] == CSP

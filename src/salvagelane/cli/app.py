@@ -13,14 +13,12 @@ import click
 
 from salvagelane.errors import (
     ConfigurationError,
-    DatabaseOpenError,
-    DatabaseUrlError,
+    ConflictError,
     DefinitionError,
-    InputError,
     NotFoundError,
-    OutdatedDatabaseError,
+    RefusedInputError,
     SalvagelaneError,
-    ServeLockedError,
+    UnavailableError,
 )
 from salvagelane.safe_text import one_line
 
@@ -201,6 +199,18 @@ def cli(log_level: str, log_format: str | None) -> None:
     configure_logging(json=None if chosen is None else chosen == "json", level=log_level)
 
 
+def exit_code_for(exc: SalvagelaneError) -> int:
+    """The exit status of a salvagelane error, by what it means (errors.py): the one
+    place the command line decides it. An invalid definition, and anything that was
+    tried and failed (a provider, a sink, the store, the queue), exit 1; what the operator
+    must fix first (an input, an id, a state, a database) exits 2."""
+    if isinstance(exc, DefinitionError):
+        return EXIT_INVALID
+    if isinstance(exc, RefusedInputError | NotFoundError | ConflictError | UnavailableError):
+        return EXIT_USAGE
+    return EXIT_INVALID
+
+
 def _fail(message: str, code: int) -> NoReturn:
     # A message may quote a provider's error, a fixture or a file name: one safe line.
     click.echo(f"salvagelane: error: {one_line(message)}", err=True)
@@ -225,20 +235,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
         _fail("interrupted", EXIT_INTERRUPTED)
     except click.ClickException as exc:
         _fail(exc.format_message(), EXIT_USAGE)
-    except DefinitionError as exc:
-        _fail(str(exc), EXIT_INVALID)
-    except (
-        ConfigurationError,
-        DatabaseOpenError,
-        DatabaseUrlError,
-        InputError,
-        NotFoundError,
-        OutdatedDatabaseError,
-        ServeLockedError,
-    ) as exc:
-        _fail(str(exc), EXIT_USAGE)
     except SalvagelaneError as exc:
-        _fail(str(exc), EXIT_INVALID)
+        _fail(str(exc), exit_code_for(exc))
     sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 

@@ -166,6 +166,8 @@ def _reject_all(
         raise click.UsageError(
             f"--reject-all rejects pending items: it cannot take --status {where.review_status}"
         )
+    from salvagelane.store import BulkSelection
+
     pending = replace(where, review_status=ReviewStatus.PENDING)
     with open_store(database) as store:
         if where.instruction_id is not None:
@@ -180,8 +182,14 @@ def _reject_all(
             if not yes and not _confirm(question):
                 click.echo("nothing rejected", err=True)
                 raise click.exceptions.Exit(EXIT_INVALID)
+            # Only the items counted in the question: one quarantined while it waited for
+            # its answer stays pending (the store refuses if the counted ones changed).
             rejected = store.quarantine.reject_matching(
-                pending, actor=actor_of(by), note=note, now=datetime.now(UTC)
+                pending,
+                actor=actor_of(by),
+                note=note,
+                now=datetime.now(UTC),
+                confirmed=BulkSelection.of(item.id for item in matching),
             )
     if as_json:
         click.echo(json.dumps({"rejected": rejected}, indent=2))

@@ -36,6 +36,7 @@ from salvagelane.store.state import StateReader, StoreState
 from salvagelane.store.values import (
     ApprovalView,
     AttemptView,
+    BulkSelection,
     ClaimedDelivery,
     DefinitionRecord,
     DeliveryRun,
@@ -60,6 +61,7 @@ __all__ = [
     "SCHEDULER_LOCK_KEY",
     "ApprovalView",
     "AttemptView",
+    "BulkSelection",
     "ClaimedDelivery",
     "DefinitionRecord",
     "DeliveryOutbox",

@@ -33,6 +33,7 @@ from salvagelane.store.models import (
 )
 from salvagelane.store.values import (
     ApprovalView,
+    BulkSelection,
     InputDigest,
     QuarantineDetail,
     QuarantineFilter,
@@ -46,6 +47,10 @@ INPUT_HEAD_BYTES = 4096
 """Bytes of an operator's refused input kept in the audit trail (with its size and hash)."""
 CONTEXT_CHARS = 300
 """Characters of raw output shown on each side of an item's span."""
+LARGEST_ID = 2**31 - 1
+"""The largest item id the ``Integer`` column holds on every database (PostgreSQL's
+``integer`` is 32 bits): a larger one names nothing, and must not reach the database,
+which refuses it ("integer out of range"; SQLite's driver cannot bind one past 64 bits)."""
 
 
 class QuarantineLane:
@@ -74,6 +79,15 @@ class QuarantineLane:
         with self._transaction("count the quarantine by reason") as session:
             counts = {str(reason): count for reason, count in session.execute(stmt).tuples()}
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def bulk_selection(self, where: QuarantineFilter) -> BulkSelection:
+        """The pending items ``where`` selects (its ``review_status`` ignored), as a bulk
+        reject's confirmation shows them: :meth:`reject_matching` takes back what it
+        returns and rejects exactly those items."""
+        pending = replace(where, review_status=ReviewStatus.PENDING)
+        stmt = _matching(pending).with_only_columns(QuarantinedItemRow.id)
+        with self._transaction("list the quarantine for a bulk reject") as session:
+            return BulkSelection.of(session.scalars(stmt))
 
     def neighbours(
         self, where: QuarantineFilter, quarantine_id: int
@@ -307,10 +321,21 @@ class QuarantineLane:
             return _quarantineview(row, _attempt_number(session, row))
 
     def reject_matching(
-        self, where: QuarantineFilter, *, actor: str, note: str, now: datetime
+        self,
+        where: QuarantineFilter,
+        *,
+        actor: str,
+        note: str,
+        now: datetime,
+        confirmed: BulkSelection | None = None,
     ) -> list[int]:
         """Reject every pending item ``where`` selects (newest first, up to its limit);
-        returns their ids. ``where.review_status`` must be None or ``pending``."""
+        returns their ids. ``where.review_status`` must be None or ``pending``.
+
+        With ``confirmed`` (what :meth:`bulk_selection` gave the confirmation), only items
+        up to its highest id are taken, and they must be exactly the confirmed ones: an
+        item quarantined since is left pending, and a list that changed otherwise (an
+        item approved meanwhile) rejects nothing (ReviewStateError)."""
         _require_note(note)
         if where.review_status not in (None, ReviewStatus.PENDING):
             raise ReviewStateError(
@@ -321,10 +346,20 @@ class QuarantineLane:
             reason=where.reason,
             review_status=ReviewStatus.PENDING,
             since=where.since,
+            through_id=where.through_id if confirmed is None else confirmed.through_id,
             limit=where.limit,
         )
         with self._transaction("reject matching quarantined items") as session:
             rows = list(session.scalars(_matching(pending).with_for_update()))
+            if confirmed is not None:
+                found = BulkSelection.of(row.id for row in rows)
+                if found != confirmed:
+                    raise ReviewStateError(
+                        f"bulk reject: the pending items of this filter up to id "
+                        f"{confirmed.through_id} changed since they were confirmed "
+                        f"({confirmed.count} confirmed, {found.count} now): nothing was "
+                        "rejected; look at the list again"
+                    )
             for row in rows:
                 self._reject(
                     session, row, ReviewAction.BULK_REJECT, actor=actor, note=note, now=now
@@ -336,7 +371,11 @@ class QuarantineLane:
     def _item(
         self, session: Session, quarantine_id: int, *, for_update: bool = False
     ) -> QuarantinedItemRow:
-        row = session.get(QuarantinedItemRow, quarantine_id, with_for_update=for_update)
+        row = (
+            session.get(QuarantinedItemRow, quarantine_id, with_for_update=for_update)
+            if 0 < quarantine_id <= LARGEST_ID
+            else None
+        )
         if row is None:
             raise NotFoundError(f"{self._url}: no quarantined item with id {quarantine_id}")
         return row
@@ -421,6 +460,8 @@ def _filtered(stmt: S, where: QuarantineFilter) -> S:
         stmt = stmt.where(QuarantinedItemRow.reason == where.reason)
     if where.since is not None:
         stmt = stmt.where(QuarantinedItemRow.created_at >= where.since)
+    if where.through_id is not None:
+        stmt = stmt.where(QuarantinedItemRow.id <= where.through_id)
     return stmt
 
 

@@ -7,7 +7,8 @@ JSON columns come back as plain ``dict``/``list`` values.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -228,16 +229,39 @@ class QuarantineFilter:
     """Which quarantined items ``list_quarantine`` and ``reject_matching`` take.
 
     ``review_status`` None means every item but the superseded ones. ``since`` keeps
-    items created at or after it. ``limit`` None: no limit; ``offset`` skips that many
-    of the newest first (a page of the review page's queue).
+    items created at or after it. ``through_id`` keeps items whose id is at most it (a
+    bulk action bounded by the list it confirmed). ``limit`` None: no limit; ``offset``
+    skips that many of the newest first (a page of the review page's queue).
     """
 
     instruction_id: str | None = None
     reason: str | None = None
     review_status: ReviewStatus | None = None
     since: datetime | None = None
+    through_id: int | None = None
     limit: int | None = None
     offset: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BulkSelection:
+    """The items a bulk action's confirmation showed, as a few values a form can carry:
+    the highest id of the list (new items come after it), how many, and a digest of the
+    ids (any other change, such as an item approved meanwhile, shows in it)."""
+
+    through_id: int
+    count: int
+    digest: str
+
+    @classmethod
+    def of(cls, ids: Iterable[int]) -> BulkSelection:
+        chosen = sorted(set(ids))
+        text = ",".join(str(ident) for ident in chosen)
+        return cls(
+            through_id=chosen[-1] if chosen else 0,
+            count=len(chosen),
+            digest=hashlib.sha256(text.encode("ascii")).hexdigest(),
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

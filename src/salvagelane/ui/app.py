@@ -23,19 +23,27 @@ import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from salvagelane.core.records import Reason
-from salvagelane.errors import NotFoundError, ReviewStateError, SalvagelaneError
+from salvagelane.errors import (
+    ConflictError,
+    NotFoundError,
+    RefusedInputError,
+    ReviewStateError,
+    SalvagelaneError,
+    StoreError,
+    UnavailableError,
+)
 from salvagelane.safe_text import line
 from salvagelane.serve_settings import DEFAULT_QUEUE_STALL_SECONDS
-from salvagelane.store import QuarantineDetail, QuarantineFilter, Store
+from salvagelane.store import BulkSelection, QuarantineDetail, QuarantineFilter, Store
 from salvagelane.store.health import days_between, health_json
 from salvagelane.ui import views
+from salvagelane.ui.forms import APPROVE_FORM_BYTES, FORM_BYTES, FormRefused, read_form
 from salvagelane.ui.security import (
     COOKIE,
     CSRF_FIELD,
@@ -59,6 +67,20 @@ class PageError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+def status_for(exc: SalvagelaneError) -> int:
+    """The HTTP status of a salvagelane error, by what it means (errors.py): the one
+    place the page decides it."""
+    if isinstance(exc, NotFoundError):
+        return 404
+    if isinstance(exc, ConflictError):
+        return 409
+    if isinstance(exc, RefusedInputError):
+        return 400
+    if isinstance(exc, UnavailableError | StoreError):
+        return 503
+    return 500
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -124,31 +146,27 @@ def create_app(settings: Settings) -> Starlette:
             access = settings.access
             page = Page(settings, env, request)
             if not access.host_allowed(request.headers.get("host")):
-                return Response("unexpected Host header", status_code=400, media_type="text/plain")
+                return _unread(
+                    Response("unexpected Host header", status_code=400, media_type="text/plain")
+                )
             given = request.query_params.get(TOKEN_PARAMETER)
             if given is not None and request.method == "GET":
                 return _sign_in(request, access, given)
             try:
                 if changes:
-                    form = await request.form()
-                    if not access.may_change(request, _field(form, CSRF_FIELD)):
-                        raise PageError(
-                            403,
-                            "refused: a change needs the access token (open the URL "
-                            "`salvagelane ui` printed) and a form of this page",
-                        )
-                    request.state.form = form
+                    await _take_form(request, access, handler)
                 elif not access.may_read(request):
                     raise PageError(
                         403, "this server is not on 127.0.0.1: open the URL with its token"
                     )
                 return await handler(request, page)
             except PageError as exc:
-                return page.render("error.html", exc.status, message=exc.message)
-            except NotFoundError as exc:
-                return page.render("error.html", 404, message=str(exc))
-            except ReviewStateError as exc:
-                return page.render("error.html", 409, message=str(exc))
+                response = page.render("error.html", exc.status, message=exc.message)
+            except SalvagelaneError as exc:
+                response = page.render("error.html", status_for(exc), message=str(exc))
+            if changes and getattr(request.state, "form", None) is None:
+                return _unread(response)
+            return response
 
         return endpoint
 
@@ -164,7 +182,43 @@ def create_app(settings: Settings) -> Starlette:
         Route("/health.json", guarded(health_data)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)])
+    return _Application(routes=routes)
+
+
+class _Application(Starlette):
+    """Starlette with :class:`SecurityHeaders` outside its error middleware, so the bare
+    500 of an unexpected exception carries the headers too (a user middleware sits
+    inside Starlette's ServerErrorMiddleware)."""
+
+    def build_middleware_stack(self) -> Any:
+        return SecurityHeaders(super().build_middleware_stack())
+
+
+async def _take_form(request: Request, access: Access, handler: Handler) -> None:
+    """The action's form into ``request.state.form``: the access token first, from the
+    headers alone, so a request without it is refused before a byte of its body is read;
+    then the body, bounded (:mod:`salvagelane.ui.forms`); then the form's CSRF token."""
+    refused = (
+        "refused: a change needs the access token (open the URL `salvagelane ui` printed) "
+        "and a form of this page"
+    )
+    if not access.holds_token(request):
+        raise PageError(403, refused)
+    cap = APPROVE_FORM_BYTES if handler is approve else FORM_BYTES
+    try:
+        form = await read_form(request, cap)
+    except FormRefused as exc:
+        raise PageError(exc.status, exc.message) from exc
+    if not access.may_change(request, _field(form, CSRF_FIELD)):
+        raise PageError(403, refused)
+    request.state.form = form
+
+
+def _unread(response: Response) -> Response:
+    """``response`` to a request whose body was not read: the connection closes after
+    it, so the client cannot go on sending the body (nor the server reading it)."""
+    response.headers["connection"] = "close"
+    return response
 
 
 def _sign_in(request: Request, access: Access, given: str) -> Response:
@@ -196,7 +250,13 @@ def _since(text: str) -> datetime:
         raise PageError(400, f"since: expected a date such as 2026-11-21, got {text!r}") from exc
     if moment.tzinfo is None:
         raise PageError(400, f"since: expected a timestamp with a zone, got {text!r}")
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError as exc:
+        # 0001-01-01T00:00:00+14:00 is before the first UTC moment a datetime holds.
+        raise PageError(
+            400, f"since: expected a moment from year 1 to 9999 in UTC, got {text!r}"
+        ) from exc
 
 
 def filter_of(values: Mapping[str, str]) -> QuarantineFilter:
@@ -431,7 +491,7 @@ async def approve(request: Request, page: Page) -> Response:
 
     try:
         verdict = await run_in_threadpool(act)
-    except (NotFoundError, ReviewStateError):
+    except (NotFoundError, ConflictError, UnavailableError, StoreError):
         raise
     except SalvagelaneError as exc:
         # The definition cannot be used (changed, missing): the operator reads why.
@@ -472,7 +532,7 @@ async def capture(request: Request, page: Page) -> Response:
 
     try:
         captured = await run_in_threadpool(act)
-    except (NotFoundError, ReviewStateError):
+    except (NotFoundError, ConflictError, UnavailableError, StoreError):
         raise
     except SalvagelaneError as exc:
         raise PageError(409, f"capture: {exc}") from exc
@@ -490,18 +550,45 @@ async def reject_all(request: Request, page: Page) -> Response:
     if not note:
         raise PageError(400, "bulk reject: say why the items are rejected (the note is empty)")
     store, clock = page.store, page.settings.clock
-    count = sum((await run_in_threadpool(store.quarantine.count_by_reason, pending)).values())
-    if values.get("confirmed") != str(count):
-        # The confirmation names the count it saw: if items arrived meanwhile, ask again.
+    confirmed = _confirmed(values)
+
+    async def ask(status: int = 200, changed: str | None = None) -> Response:
+        shown = await run_in_threadpool(store.quarantine.bulk_selection, pending)
         return page.render(
-            "confirm.html", where=where, count=count, note=note, query=query_of(where)
+            "confirm.html",
+            status,
+            where=where,
+            selection=shown,
+            note=note,
+            changed=changed,
+            query=query_of(where),
         )
-    rejected = await run_in_threadpool(
-        lambda: store.quarantine.reject_matching(
-            pending, actor=_reviewer(page, form), note=note, now=clock()
+
+    if confirmed is None:
+        return await ask()
+    try:
+        # Only the confirmed items: one quarantined since stays pending.
+        rejected = await run_in_threadpool(
+            lambda: store.quarantine.reject_matching(
+                pending, actor=_reviewer(page, form), note=note, now=clock(), confirmed=confirmed
+            )
         )
-    )
+    except ReviewStateError as exc:
+        return await ask(status_for(exc), changed=str(exc))
     return RedirectResponse(f"/?{query_of(where, done=f'rejected {len(rejected)}')}", 303)
+
+
+def _confirmed(values: Mapping[str, str]) -> BulkSelection | None:
+    """What the confirmation form showed (its count, highest id and digest), or None
+    when the form is not a confirmation (then the page asks first)."""
+    count, through, digest = (values.get(k) for k in ("confirmed", "through", "digest"))
+    if count is None or through is None or digest is None:
+        return None
+    if not (count.isascii() and count.isdigit() and through.isascii() and through.isdigit()):
+        raise PageError(400, "bulk reject: the confirmation's count and highest id are numbers")
+    if len(count) > 19 or len(through) > 19:
+        raise PageError(400, "bulk reject: the confirmation's count or highest id is too large")
+    return BulkSelection(through_id=int(through), count=int(count), digest=digest)
 
 
 def _back_to_item(item_id: int, form: FormData, done: str) -> Response:
