@@ -30,11 +30,26 @@ PREVIEW_CHARS = 200
 
 def json_or_none(text: str) -> Any:
     """``text`` as JSON, or None when a provider's body is not JSON a parser can take:
-    malformed, nested past the parser's recursion (``[`` a hundred thousand times), or
-    holding an integer past Python's digit limit. Never raises."""
+    malformed, or nested past the parser's recursion (``[`` a hundred thousand times).
+    An integer past Python's digit limit (a token count of 5,000 digits) is read as
+    None: no count, rather than the whole answer lost. Never raises."""
     try:
         return json.loads(text)
-    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+    except json.JSONDecodeError:
+        return None
+    except ValueError:  # only the digit limit: the text is otherwise JSON
+        try:
+            return json.loads(text, parse_int=_int_or_none)
+        except (ValueError, RecursionError):
+            return None
+    except RecursionError:
+        return None
+
+
+def _int_or_none(digits: str) -> int | None:
+    try:
+        return int(digits)
+    except ValueError:  # past the interpreter's digit limit
         return None
 
 
