@@ -13,7 +13,6 @@ dies while delivering leaves it due, never silently undelivered.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -28,24 +27,11 @@ from salvagelane.connectors import Completion, CompletionRequest, Connector, bui
 from salvagelane.context_sources import reference_time
 from salvagelane.core import SalvageResult, salvage
 from salvagelane.core.assembly import bytes_over_cap
-from salvagelane.core.attempts import (
-    RetryCause,
-    Scored,
-    best_attempt,
-    correction_prompt,
-    next_token_budget,
-    retry_cause,
-    wants_retry,
-)
+from salvagelane.core.attempts import Scored, best_attempt, correction_prompt
 from salvagelane.core.finish import FinishReason
-from salvagelane.core.schema_hint import hint_record
 from salvagelane.definitions import (
     DefinitionSnapshot,
     Instruction,
-    RenderedPrompt,
-    render_prompt,
-    resolve_context,
-    salvage_policy_for,
     snapshot_for_run,
     with_snapshot,
 )
@@ -59,17 +45,24 @@ from salvagelane.delivery import (
 from salvagelane.delivery import deliver_report as deliver_report  # its former home
 from salvagelane.errors import (
     AttemptNotStoredError,
-    ConfigurationError,
     ConnectorError,
     DefinitionError,
     NotFoundError,
     ProviderError,
     SalvagelaneError,
-    SinkError,
     SpoolError,
     StoreError,
 )
-from salvagelane.logs import bound, get_logger, redact_text, redact_url, scrub_text
+from salvagelane.logs import bound, get_logger, scrub_text
+from salvagelane.run_plan import (
+    build_run_sinks,
+    plan_run,
+    provider_retry_cause,
+    redacted,
+    request_summary,
+    run_status,
+)
+from salvagelane.run_plan import failure as failure_of
 from salvagelane.sinks import DeliveryOutcome, Sink, build_sinks, run_address
 from salvagelane.store import (
     ClaimedDelivery,
@@ -447,16 +440,10 @@ class Executor:
     # --- the attempts ---------------------------------------------------------------------
 
     def _execute(self, instruction: Instruction, state: _RunState) -> RunOutcome:
-        context = resolve_context(instruction)
-        policy = salvage_policy_for(instruction, context=context)
-        prompt = render_prompt(instruction, context)
+        plan = plan_run(instruction)
         connector = self._connector_for(instruction)
-        spec = instruction.connector
         retry = instruction.retry
-        enabled = {str(on) for on in retry.on}
-        max_items = instruction.guardrails.max_items
-        budget = spec.max_output_tokens
-        ceiling = max(budget, retry.max_output_tokens_ceiling or 4 * budget)
+        budget = plan.first_budget
         correction: str | None = None
         deadline = instruction.schedule.deadline_seconds
         run_began = self._monotonic()
@@ -468,8 +455,6 @@ class Executor:
             left = time_left()
             return left is not None and left <= 0
 
-        # The structured-output hint, references bundled and items capped, once a run.
-        hint_schema = instruction.response_schema() if spec.structured_output else None
         for number in range(1, retry.attempts + 1):
             self._check_point()
             if past_deadline():
@@ -477,16 +462,11 @@ class Executor:
                 # stops asking again.
                 break
             attempts_left = retry.attempts - number
-            request = CompletionRequest(
-                system=prompt.system,
-                user=_with_correction(prompt, correction),
+            request = plan.request(
                 max_output_tokens=budget,
-                temperature=spec.temperature,
-                response_schema=hint_schema,
+                correction=correction,
                 # The call, with its own retries, ends when the run's deadline does.
                 time_limit_seconds=time_left(),
-                # How much of the answer is worth reading (the connector's body cap).
-                max_output_bytes=instruction.guardrails.max_output_bytes,
                 cut=None if self._should_stop is None else CallCut(),
             )
             started = self._clock()
@@ -522,8 +502,8 @@ class Executor:
                 )
                 # --- end telemetry ---
                 attempt = self._store_failed_call(instruction, state, number, request, exc, started)
-                trigger = _provider_trigger(exc)
-                if not wants_retry(trigger, enabled=enabled, attempts_left=attempts_left):
+                trigger = provider_retry_cause(exc)
+                if not plan.wants_retry(trigger, attempts_left=attempts_left):
                     break
                 self._telemetry.retry(instruction_id=instruction.id, cause=str(trigger))
                 log.info("attempt.retry", attempt=number, trigger=str(trigger))
@@ -543,13 +523,16 @@ class Executor:
             )
             # --- end telemetry ---
             # A key echoed in the answer is redacted before anything stores or parses it.
-            completion, redactions = _redacted(completion)
+            completion, redactions = redacted(completion)
             attempt = self._store_completion(
                 instruction, state, number, request, completion, started, redactions
             )
-            result = salvage(completion.text, policy, finish_reason=str(completion.finish_reason))
+            # plan.salvage, through this module's name: the crash tests replace it here.
+            result = salvage(
+                completion.text, plan.policy, finish_reason=str(completion.finish_reason)
+            )
             attempt.result = result
-            trigger = retry_cause(result, max_items=max_items)
+            trigger = plan.retry_cause(result)
             self._store.set_attempt_outcome(
                 attempt.attempt_id,
                 {
@@ -571,21 +554,17 @@ class Executor:
                 folded=result.folded_total,
                 truncated=result.truncated,
             )
-            if not wants_retry(trigger, enabled=enabled, attempts_left=attempts_left):
+            if trigger is None or not plan.wants_retry(trigger, attempts_left=attempts_left):
                 break
-            if trigger is not RetryCause.OVERSIZE:  # a bigger budget would not help
-                budget = next_token_budget(
-                    budget,
-                    finish_reason=completion.finish_reason,
-                    factor=retry.length_budget_factor,
-                    ceiling=ceiling,
-                )
+            budget = plan.next_budget(budget, cause=trigger, completion=completion)
             self._telemetry.retry(instruction_id=instruction.id, cause=str(trigger))
             log.info(
                 "attempt.retry", attempt=number, trigger=str(trigger), max_output_tokens=budget
             )
             correction = correction_prompt(
-                result, finish_reason=completion.finish_reason, max_items=max_items
+                result,
+                finish_reason=completion.finish_reason,
+                max_items=instruction.guardrails.max_items,
             )
 
         # The last check point: the attempts are stored, the report is not written yet.
@@ -611,7 +590,7 @@ class Executor:
         redactions: int = 0,
     ) -> _Attempt:
         cap = instruction.guardrails.max_output_bytes
-        summary = _request_summary(instruction, request)
+        summary = request_summary(instruction, request)
         if redactions:
             summary["redactions"] = [{"kind": "secret", "count": redactions}]
         attempt_id = self._add_attempt(
@@ -664,7 +643,7 @@ class Executor:
             state.run_id,
             number=number,
             started_at=started,
-            request=_request_summary(instruction, request),
+            request=request_summary(instruction, request),
             raw_output=None,
             finish_reason=str(FinishReason.ERROR),
             native_finish_reason=None,
@@ -736,13 +715,13 @@ class Executor:
         assert chosen.completion is not None
         assert chosen.result is not None
         result, completion = chosen.result, chosen.completion
-        status = _run_status(result, completion)
+        status = run_status(result, completion)
         # Envelope issues are counted with the report: a damaged envelope is a cut no
         # approval undoes, so the store must know of it when a review settles the status.
         counts = {**result.counts(), "envelope_issues": len(result.envelope_issues)}
         failure: str | None = None
         if status is RunStatus.FAILED:
-            failure = _deadline_note(instruction, state, _failure(result))
+            failure = _deadline_note(instruction, state, failure_of(result))
 
         quarantined: list[QuarantineRecord] = []
         for attempt in state.attempts:
@@ -841,12 +820,7 @@ class Executor:
         """The instruction's sinks, built before the model is called: a sink that cannot
         be built fails the run before anything is paid for, and the report's deliveries
         are known when it is written."""
-        if not instruction.sinks:
-            return ()
-        try:
-            return tuple(self._sinks_for(instruction))
-        except (ConfigurationError, SinkError) as exc:
-            raise DefinitionError(f"sinks: {exc}", source=str(instruction.source)) from exc
+        return build_run_sinks(instruction, self._sinks_for)
 
     def _deliver(self, state: _RunState, outcome: RunOutcome) -> RunOutcome:
         """Send the report to the deliveries written with it, which this process holds."""
@@ -869,69 +843,6 @@ def _finish_reason(attempt: _Attempt) -> str:
     if attempt.completion is None:
         return str(FinishReason.ERROR)
     return str(attempt.completion.finish_reason)
-
-
-def _with_correction(prompt: RenderedPrompt, correction: str | None) -> str:
-    if correction is None:
-        return prompt.user
-    return prompt.user.rstrip() + "\n\n" + correction
-
-
-def _provider_trigger(exc: ConnectorError) -> RetryCause | None:
-    """A provider error is worth another run-level attempt when asking again may help:
-    the connector already gave up on a transient failure, or the provider reported an
-    error inside a successful response (an upstream model failure). Missing keys,
-    refused requests and exhausted quotas are not."""
-    if isinstance(exc, ProviderError) and (exc.retryable or exc.status == 200):
-        return RetryCause.PROVIDER_ERROR
-    return None
-
-
-def _request_summary(instruction: Instruction, request: CompletionRequest) -> dict[str, Any]:
-    """What was asked, without secrets: the key's variable name, never its value; the
-    base URL without userinfo and query string, or the name of its variable."""
-    spec = instruction.connector
-    prompt = request.system + "\n\n" + request.user
-    return {
-        "kind": str(spec.kind),
-        "base_url": None if spec.base_url is None else redact_url(spec.base_url),
-        "base_url_env": spec.base_url_env,
-        "model": spec.model,
-        "api_key_env": spec.api_key_env,
-        "max_output_tokens": request.max_output_tokens,
-        "temperature": request.temperature,
-        "structured_output": spec.structured_output,
-        "schema_hint": hint_record(str(spec.kind), request.response_schema),
-        "stream": spec.stream,
-        "prompt_sha256": hashlib.sha256(prompt.encode("utf-8", "surrogateescape")).hexdigest(),
-        "system": request.system,
-        "user": request.user,
-    }
-
-
-def _redacted(completion: Completion) -> tuple[Completion, int]:
-    """``completion`` with every registered secret (the key the call used among them,
-    in the encodings :func:`~salvagelane.logs.secret_pattern` lists) redacted from the
-    text, and from the provider's other strings; and how many redactions the text took.
-
-    The one exception to storing the output byte for byte (ADR 0005): a provider that
-    echoes the key into its answer must not get it into the database, the report, the
-    quarantine or a fixture captured from them. The attempt records the count.
-    """
-    text, count = redact_text(completion.text)
-
-    def scrubbed(value: str | None) -> str | None:
-        return None if value is None else scrub_text(value)
-
-    cleaned = dataclasses.replace(
-        completion,
-        text=text,
-        native_finish_reason=scrubbed(completion.native_finish_reason),
-        model=scrubbed(completion.model),
-        request_id=scrubbed(completion.request_id),
-        stream_error=scrubbed(completion.stream_error),
-    )
-    return cleaned, count
 
 
 def _spooled(database: str, run_id: str, number: int, fields: Mapping[str, Any]) -> SpooledAttempt:
@@ -958,23 +869,6 @@ def _deadline_note(instruction: Instruction, state: _RunState, error: str) -> st
         return error
     limit = instruction.schedule.deadline_seconds
     return f"deadline: the run's {limit:g} s deadline passed; {error}"
-
-
-def _run_status(result: SalvageResult, completion: Completion) -> RunStatus:
-    """The salvage status (its words are run statuses), except that a broken stream is
-    never ``ok``: the answer was cut short even when what arrived happens to parse."""
-    status = RunStatus(result.status)
-    if status is RunStatus.OK and completion.stream_error is not None:
-        return RunStatus.PARTIAL
-    return status
-
-
-def _failure(result: SalvageResult) -> str:
-    if not result.items_found and not result.quarantined:
-        return "nothing usable: no items list was found in the output"
-    counts = result.counts()
-    reasons = ", ".join(f"{reason} {n}" for reason, n in counts["by_reason"].items())
-    return f"nothing usable: all {counts['candidates']} candidate(s) quarantined ({reasons})"
 
 
 def _quarantine_records(

@@ -537,6 +537,33 @@ ROWS: list[Row] = [
         "replay, differs", "replay --use-current fixtures/differs", code=1, out="1 differs", **NO_DB
     ),
     row("replay without a path", "replay", code=2, err="Missing argument", **NO_DB),
+    # --- try and prompt: a dry run opens no database, writes no sink file
+    row("try, partial", "try daily-triage --sample fixtures/truncated", code=0, out="partial"),
+    row(
+        "try, nothing usable",
+        "try daily-triage --sample fixtures/nothing",
+        code=1,
+        out="status       failed",
+        **NO_DB,
+    ),
+    row(
+        "try --live with its API key not set: the run would fail",
+        "try daily-triage --live",
+        code=1,
+        out="environment variable OPENROUTER_API_KEY is not set",
+        runner=run_without_api_key,
+        **NO_DB,
+    ),
+    row("try, no answer chosen", "try daily-triage", code=2, err="expected --sample", **NO_DB),
+    row(
+        "try with a fixture without raw.txt",
+        "try daily-triage --sample fixtures/no-raw",
+        code=2,
+        err="raw.txt",
+        **NO_DB,
+    ),
+    row("prompt", "prompt daily-triage", code=0, out="--- user prompt ---", **NO_DB),
+    row("prompt, unknown instruction", "prompt nope", code=2, err="no instruction", **NO_DB),
     # --- init: no database
     row("init", "init demo", code=0, out="wrote", changes=True, **NO_DB),
     row(

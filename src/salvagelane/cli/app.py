@@ -62,6 +62,11 @@ COMMANDS: Mapping[str, LazyCommand] = {
         summary="Write a working example project into DIRECTORY (default: here, created "
         "if missing).",
     ),
+    "prompt": LazyCommand(
+        target="salvagelane.cli.try_commands:prompt_command",
+        summary="Print the prompt a run of INSTRUCTION would send: the rendered system and "
+        "user prompts, and the structured-output hint's schema when the connector sends one.",
+    ),
     "quarantine": LazyCommand(
         target="salvagelane.cli.quarantine_commands:quarantine_group",
         summary="Review quarantined items: list, show, approve, reject, annotate.",
@@ -89,6 +94,10 @@ COMMANDS: Mapping[str, LazyCommand] = {
     "serve": LazyCommand(
         target="salvagelane.cli.serve_commands:serve_command",
         summary="Run every instruction on its schedule until stopped (SIGTERM or Ctrl-C).",
+    ),
+    "try": LazyCommand(
+        target="salvagelane.cli.try_commands:try_command",
+        summary="Try INSTRUCTION without a run: nothing is stored, nothing is delivered.",
     ),
     "ui": LazyCommand(
         target="salvagelane.cli.ui_commands:ui_command",

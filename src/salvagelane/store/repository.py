@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from salvagelane.core.payload import report_payload
 from salvagelane.errors import NotFoundError, OutdatedDatabaseError, StoreError
 from salvagelane.store._rows import (
     attempt_view,
@@ -579,24 +580,16 @@ class Store:
             report = report_view(session, run.id, figures_of(session, [run])[run.id])
             if report is None:
                 raise NotFoundError(f"{self.url}: run {run.id} has no report (it is {run.status})")
-            payload: dict[str, Any] = {
-                "run_id": run.id,
-                "instruction": run.instruction_id,
-                "status": report.status,
-                "partial": report.partial,
-                "finish_reason": report.finish_reason,
-                "counts": report.counts,
-                "envelope": report.envelope,
-                "items": [item.data for item in report.items],
-                # Parallel to items: an operator's correction is never passed off as the
-                # model's, even in a report whose status an approval made ok.
-                "item_origins": [item.origin for item in report.items],
-            }
-            if any(item.repairs for item in report.items):
-                # Nor is a repaired item passed off as written; only a report holding one
-                # carries the list, so every other payload is as it was.
-                payload["item_repairs"] = [item.repairs or [] for item in report.items]
-            return payload
+            return report_payload(
+                run_id=run.id,
+                instruction=run.instruction_id,
+                status=report.status,
+                partial=report.partial,
+                finish_reason=report.finish_reason,
+                counts=report.counts,
+                envelope=report.envelope,
+                items=report.items,
+            )
 
     def _resolve(self, session: Session, run_id: str) -> RunRow:
         """The run whose id is ``run_id`` or starts with it (at least MIN_PREFIX characters)."""
