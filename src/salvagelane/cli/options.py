@@ -1,18 +1,31 @@
 """The options several commands share, and the parsers of their values.
 
-Only click and the standard library here: every command module imports this at its top,
-and ``--help`` must stay cheap (docs/adr/0008-command-line-start-up.md).
+Only click, the standard library and salvagelane.errors here: every command module
+imports this at its top, and ``--help`` must stay cheap
+(docs/adr/0008-command-line-start-up.md).
 """
 
 from __future__ import annotations
 
 import getpass
+import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
+
+from salvagelane.errors import not_utf8
+
+ID_MAX = 2**31 - 1
+"""The largest id a quarantined item can have: PostgreSQL's ``integer`` column (SQLite's
+is wider, but ids are numbered from 1 on both)."""
+
+COUNT_MAX = 2**31 - 1
+"""The largest count an option takes (``--limit``, ``--max-workers``): a bound both
+databases and the standard library take without overflowing."""
 
 DATABASE_HELP = (
     "Database URL (sqlite:///file.db or postgresql://...). "
@@ -69,7 +82,115 @@ def parse_fire_time(text: str) -> datetime:
             f"expected a timestamp with a zone (Z or +01:00), got {text!r}: a fire time "
             "without one would mean different fires on different hosts"
         )
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError as exc:
+        # 0001-01-01T00:00:00+14:00 is before the first UTC moment Python can hold.
+        raise click.BadParameter(
+            f"expected a timestamp between 0001-01-01 and 9999-12-31 in UTC, got {text!r}"
+        ) from exc
+
+
+class Seconds(click.FloatRange):
+    """A FloatRange of seconds that refuses ``inf`` and ``nan``: click's range lets them
+    through (every comparison with nan is false), and a timedelta of either overflows."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"expected a finite number of seconds, got {value!r}", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+def seconds(*, min_open: bool = True) -> Seconds:
+    """Seconds above 0 (``min_open``) or from 0, finite."""
+    return Seconds(min=0, min_open=min_open)
+
+
+class Count(click.IntRange):
+    """An IntRange up to :data:`COUNT_MAX`, whose help shows only its lower bound."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.INT.convert(value, param, ctx)
+        if number > COUNT_MAX:
+            self.fail(f"expected at most {COUNT_MAX}, got {number}", param, ctx)
+        return super().convert(number, param, ctx)
+
+    def _describe_range(self) -> str:
+        return f"x>={self.min}"
+
+
+def count_range(*, least: int = 1) -> Count:
+    """A whole number from ``least`` to :data:`COUNT_MAX`."""
+    return Count(min=least, max=COUNT_MAX)
+
+
+class ItemId(click.ParamType[int, Any]):
+    """A quarantined item's id: a number beyond any id stored is refused as such, rather
+    than sent to a database whose integer it overflows."""
+
+    name = "id"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.INT.convert(value, param, ctx)
+        if not 1 <= number <= ID_MAX:
+            self.fail(
+                f"no quarantined item has id {number}: ids are whole numbers from 1 to {ID_MAX}",
+                param,
+                ctx,
+            )
+        return number
+
+
+ITEM_ID = ItemId()
+
+
+def undecodable(value: str) -> str | None:
+    """Why ``value`` is not text (a byte that is not UTF-8, which Python passes on from
+    the command line as a lone surrogate), or None when it is."""
+    try:
+        value.encode("utf-8", "surrogateescape").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return not_utf8(exc)
+    except UnicodeEncodeError as exc:
+        return f"a lone surrogate U+{ord(value[exc.start]):04X} at offset {exc.start}"
+    return None
+
+
+def refuse_undecodable(ctx: click.Context) -> None:
+    """click.BadParameter for the first parameter of ``ctx`` whose text holds a byte that
+    is not UTF-8. Paths are exempt: a file name is the operating system's bytes."""
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name or "")
+        values: Sequence[object] = value if isinstance(value, (tuple, list)) else (value,)
+        for each in values:
+            if isinstance(each, str) and (why := undecodable(each)) is not None:
+                raise click.BadParameter(f"{why}: expected text", ctx=ctx, param=param)
+
+
+class Command(click.Command):
+    """Every salvagelane command: its text parameters are refused when they are not
+    UTF-8, before the command stores, looks up or prints them."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        rest = super().parse_args(ctx, args)
+        refuse_undecodable(ctx)
+        return rest
+
+
+class Group(click.Group):
+    """A salvagelane command group: its commands and groups are :class:`Command` and
+    :class:`Group`."""
+
+    command_class = Command
+    group_class = type  # a subgroup is a Group too
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        rest = super().parse_args(ctx, args)
+        refuse_undecodable(ctx)
+        return rest
 
 
 def actor_of(by: str | None) -> str:
@@ -90,7 +211,7 @@ def shutdown_timeout_option(
         "--shutdown-timeout",
         default=default,
         show_default=True,
-        type=click.FloatRange(min=0),
+        type=seconds(min_open=False),
         metavar="SECONDS",
         help="On SIGTERM/SIGINT, how long runs in flight may take to finish before they are "
         "marked interrupted.",
