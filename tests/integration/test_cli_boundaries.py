@@ -25,6 +25,7 @@ NOT_UTF8 = os.fsdecode(b"\xff")
 """The byte 0xFF as Python hands it over from argv (``\\udcff``): subprocess writes it
 back as the byte."""
 LATIN1_CAFE = os.fsdecode(b"caf\xe9")
+LONG_NAME = "x" * 5000
 
 
 @pytest.fixture
@@ -112,6 +113,11 @@ REFUSED = [
         "'--stale-after': expected a finite number of seconds, got 'nan'",
     ),
     (
+        # 2,000 years back from now is before year 1: a moment no datetime holds.
+        ["run", "daily-triage", "--scheduled-for", FIRE, "--stale-after", "63931459624"],
+        "'--stale-after': expected at most 1000000000 seconds, got '63931459624'",
+    ),
+    (
         ["serve", "--shutdown-timeout", "nan"],
         "'--shutdown-timeout': expected a finite number of seconds",
     ),
@@ -146,6 +152,14 @@ REFUSED = [
         "'TEXT': byte 0xE9 at offset 3 is not valid UTF-8",
     ),
     (["runs", "show", NOT_UTF8], "'RUN_ID': byte 0xFF at offset 0 is not valid UTF-8"),
+    # A name the file system cannot take (ENAMETOOLONG): pathlib raised it as an OSError.
+    (["check", LONG_NAME], "the system cannot look it up: File name too long"),
+    (["replay", LONG_NAME], "the system cannot look it up: File name too long"),
+    (["schedule", "--instructions", LONG_NAME], "the system cannot look it up"),
+    (
+        ["runs", "list", "--database", f"sqlite:///{LONG_NAME}"],
+        "cannot open the database",
+    ),
 ]
 
 

@@ -14,8 +14,9 @@ would, with its own copy of a project whose database holds a stored run and a
 quarantined item, and a private HOME and XDG directories) with stdout strict UTF-8, as
 a UTF-8 terminal's is: what a command prints unescaped would fail there.
 
-Not fuzzed: a NUL byte (no argv or environment can hold one) and FIFOs (reading one
-blocks until a writer comes: a hang by design, not a bug). ``serve``, ``ui`` and
+Not fuzzed: a NUL byte (no argv or environment can hold one), a lone surrogate outside
+U+DC80..U+DCFF (Python's surrogateescape makes only those from argv bytes) and FIFOs
+(reading one blocks until a writer comes: a hang by design, not a bug). ``serve``, ``ui`` and
 ``worker`` run for as long as they are not stopped: their loops are replaced by ones
 that return at once, after every option is parsed, the database opened and the port
 bound; ``ui`` and the metrics endpoint are always given port 0 (or a port no system
@@ -223,6 +224,7 @@ NUMBERS = [
     "1e309", "-1e309", "1e-320", "65536",
 ]  # fmt: skip
 URLS = [
+    "sqlite:///" + "x" * 5000,
     "postgresql://x@[::1/x",
     "postgresql://x@host:port/db",
     "postgresql://nobody@127.0.0.1:1/none",
@@ -243,7 +245,7 @@ FILES = [
 ]  # fmt: skip
 TEXT = [
     "", " ", "-", "--", "\x1b]52;c;cm0gLXJmIH4K\x07", "\r\n", "\u202e", "\udcff", "caf\udce9",
-    "\ud800", "x" * 5000, "%s%n", "{}", "[", "../../etc/passwd", "daily-triage", "0",
+    "x" * 5000, "%s%n", "{}", "[", "../../etc/passwd", "daily-triage", "0",
 ]  # fmt: skip
 
 argv_bytes = st.binary(max_size=12).filter(lambda data: b"\x00" not in data).map(os.fsdecode)
@@ -252,7 +254,8 @@ argv_bytes = st.binary(max_size=12).filter(lambda data: b"\x00" not in data).map
 hostile = st.one_of(
     st.sampled_from(TEXT + NUMBERS + EXTREME_TIMES + URLS + FILES),
     argv_bytes,
-    st.text(st.characters(exclude_characters="\x00"), max_size=12),
+    # Any text but NUL and surrogates: argv brings surrogates only as argv_bytes makes them.
+    st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"]), max_size=12),
     st.integers().map(str),
     st.floats().map(repr),
 )
@@ -378,11 +381,12 @@ def test_any_arguments_end_in_an_exit_status_never_a_traceback(
     assert code in (0, 1, 2), shown
     assert "Traceback" not in out + err, shown
     if code == 2:
-        # One error line, the last: a note before it (which definition is used) may say
-        # what the command was about to do, but a refusal is never more than one line.
+        # At most one error line, the last: a note before it (which definition is used)
+        # may say what the command was about to do, and `replay` says why a fixture was
+        # refused in its table, but a refusal is never more than one line.
         errors = [text for text in err.splitlines() if text.startswith("salvagelane: error:")]
-        assert len(errors) == 1, shown
-        assert err.splitlines()[-1] == errors[0], shown
+        assert len(errors) <= 1, shown
+        assert not errors or err.splitlines()[-1] == errors[0], shown
 
 
 def test_every_command_is_fuzzed() -> None:

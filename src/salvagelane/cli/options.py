@@ -7,6 +7,7 @@ imports this at its top, and ``--help`` must stay cheap
 
 from __future__ import annotations
 
+import errno
 import getpass
 import math
 import os
@@ -22,6 +23,10 @@ from salvagelane.errors import not_utf8
 ID_MAX = 2**31 - 1
 """The largest id a quarantined item can have: PostgreSQL's ``integer`` column (SQLite's
 is wider, but ids are numbered from 1 on both)."""
+
+SECONDS_MAX = 1e9
+"""The longest time an option takes (about 31 years): moments that far back or ahead,
+and waits that long, are still within what datetime and the thread timers hold."""
 
 COUNT_MAX = 2**31 - 1
 """The largest count an option takes (``--limit``, ``--max-workers``): a bound both
@@ -92,8 +97,9 @@ def parse_fire_time(text: str) -> datetime:
 
 
 class Seconds(click.FloatRange):
-    """A FloatRange of seconds that refuses ``inf`` and ``nan``: click's range lets them
-    through (every comparison with nan is false), and a timedelta of either overflows."""
+    """A FloatRange of seconds up to :data:`SECONDS_MAX` that refuses ``inf`` and ``nan``:
+    click's range lets nan through (every comparison with it is false), and a timedelta of
+    either, or a moment that many seconds back, overflows. Its help shows the lower bound."""
 
     name = "seconds"
 
@@ -101,7 +107,12 @@ class Seconds(click.FloatRange):
         number = click.FLOAT.convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"expected a finite number of seconds, got {value!r}", param, ctx)
+        if number > SECONDS_MAX:
+            self.fail(f"expected at most {SECONDS_MAX:.0f} seconds, got {value!r}", param, ctx)
         return super().convert(number, param, ctx)
+
+    def _describe_range(self) -> str:
+        return f"x{'>' if self.min_open else '>='}{self.min:g}"
 
 
 def seconds(*, min_open: bool = True) -> Seconds:
@@ -159,24 +170,46 @@ def undecodable(value: str) -> str | None:
     return None
 
 
-def refuse_undecodable(ctx: click.Context) -> None:
+def unreachable(path: str | os.PathLike[str]) -> str | None:
+    """Why the system cannot even look ``path`` up (a name too long, a directory on the
+    way that may not be searched), or None. A missing file, or a symbolic link loop, is
+    left for the command to say in its own words."""
+    try:
+        os.lstat(path)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return None
+        return f"the system cannot look it up: {exc.strerror}"
+    return None
+
+
+def refuse_unusable(ctx: click.Context) -> None:
     """click.BadParameter for the first parameter of ``ctx`` whose text holds a byte that
-    is not UTF-8. Paths are exempt: a file name is the operating system's bytes."""
+    is not UTF-8, or whose path the system cannot look up. Paths may hold such bytes: a
+    file name is the operating system's bytes."""
     for param in ctx.command.params:
         value = ctx.params.get(param.name or "")
         values: Sequence[object] = value if isinstance(value, (tuple, list)) else (value,)
         for each in values:
-            if isinstance(each, str) and (why := undecodable(each)) is not None:
-                raise click.BadParameter(f"{why}: expected text", ctx=ctx, param=param)
+            if isinstance(param.type, click.Path) and isinstance(each, (str, Path)):
+                why = unreachable(each)
+            elif isinstance(each, str):
+                why = undecodable(each)
+                why = None if why is None else f"{why}: expected text"
+            else:
+                continue
+            if why is not None:
+                raise click.BadParameter(why, ctx=ctx, param=param)
 
 
 class Command(click.Command):
     """Every salvagelane command: its text parameters are refused when they are not
-    UTF-8, before the command stores, looks up or prints them."""
+    UTF-8, and its paths when the system cannot look them up, before the command stores,
+    opens or prints them."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         rest = super().parse_args(ctx, args)
-        refuse_undecodable(ctx)
+        refuse_unusable(ctx)
         return rest
 
 
@@ -189,7 +222,7 @@ class Group(click.Group):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         rest = super().parse_args(ctx, args)
-        refuse_undecodable(ctx)
+        refuse_unusable(ctx)
         return rest
 
 

@@ -8,6 +8,7 @@ lock, and the busy timeout makes the second one wait instead of failing.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import sqlite3
@@ -185,7 +186,15 @@ def _sqlite_file(url: URL) -> Path | None:
     name = url.database or ""
     if _flag(url, "uri") or name.startswith("file:"):
         return None
-    return Path(name).resolve()
+    path = Path(name).resolve()
+    try:
+        path.lstat()
+    except OSError as exc:
+        # A missing file is for the caller to create or refuse; a name too long, or a
+        # directory on the way that may not be searched, is refused here.
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            raise DatabaseOpenError(f"cannot open the database {path}: {exc.strerror}") from exc
+    return path
 
 
 def _flag(url: URL, key: str) -> bool:
