@@ -109,7 +109,7 @@ def spool_dir(database: str) -> Path:
 
     try:
         url = make_url(database)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # a port that is not a number, an unclosed "["
         url = None
     if (
         url is not None

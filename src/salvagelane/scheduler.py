@@ -183,7 +183,10 @@ def _after(trigger: BaseTrigger, moment: datetime) -> datetime | None:
     # (DST) hour never equals one in another zone (PEP 495), so it would repeat itself.
     # Arithmetic in UTC: adding to a wall time in a repeated hour drops its fold.
     moment = moment.astimezone(UTC)
-    fire: datetime | None = trigger.get_next_fire_time(moment, moment + _NUDGE)
+    try:
+        fire: datetime | None = trigger.get_next_fire_time(moment, moment + _NUDGE)
+    except OverflowError:
+        return None  # the next fire would be after 9999-12-31: there is none
     return None if fire is None else fire.astimezone(UTC)
 
 
@@ -209,7 +212,7 @@ def _newest_fires(
     """
     span = timedelta(seconds=64)
     while True:
-        lower = max(start, end - span)
+        lower = start if end - start <= span else end - span
         found = _fires(trigger, lower, end, limit=10**9)
         if len(found) >= count or lower == start:
             return found[-count:] if count else []
@@ -255,7 +258,10 @@ def nearest_fire_times(
     time of the schedule exactly when the first equals it."""
     moment = _aware(moment, "moment").astimezone(UTC)
     trigger = cron_trigger(schedule)
-    found = _newest_fires(trigger, moment - FIRE_LOOK_BACK, moment, 1)
+    # Near 0001-01-01 the look-back stops at the first moment a datetime can hold.
+    earliest = datetime.min.replace(tzinfo=UTC)
+    start = moment - FIRE_LOOK_BACK if moment - earliest > FIRE_LOOK_BACK else earliest
+    found = _newest_fires(trigger, start, moment, 1)
     return (found[0] if found else None), _after(trigger, moment)
 
 

@@ -240,7 +240,7 @@ def test_runs_redeliver_sends_the_stored_report_again(tmp_path: Path) -> None:
     run = salvagelane(
         "run", "daily-triage", "--replay", str(FIXTURE), *instructions, "--json", database=database
     )
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 1, run.stderr  # stored, not delivered (issue 29.12)
     outcome = json.loads(run.stdout)
     assert [d["ok"] for d in outcome["deliveries"]] == [False]
     blocker.unlink()

@@ -583,6 +583,16 @@ ROWS: list[Row] = [
         changes=True,
     ),
     row(
+        "run, a sink that did not get the report",
+        REPLAY,
+        code=1,
+        out="FAILED",
+        err="deliver it again with: salvagelane runs redeliver",
+        changes=True,
+        prepare=block_the_sink,
+        old="exit 0: nothing retries the delivery in cron mode (issue 29.12)",
+    ),
+    row(
         # Not a refusal (2): a scheduled fire must leave a failed run in run health.
         "run with its API key not set: a failed run",
         "run daily-triage",

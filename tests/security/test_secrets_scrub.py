@@ -169,7 +169,8 @@ def test_a_webhook_echoing_its_token_stores_no_trace_of_it(
         database, {"SALVAGELANE_TEST_OTHER_KEY": "sk-other-4471aa90", token_env: KEY}, "--json"
     )
 
-    assert run.returncode == 0, run.stderr  # the report is stored; the sink failed
+    # The report is stored; the sink failed, so the run exits 1 (issue 29.12).
+    assert run.returncode == 1, run.stderr
     error = json.loads(run.stdout)["deliveries"][0]["error"]
     # Base64 of "Bearer <token>": the group mixing "Bearer " with the token's first 2
     # bytes ("sk") is left, the rest of the token's encoding is redacted.

@@ -80,7 +80,9 @@ def test_credentials_in_urls_reach_the_server_and_nothing_else(
     shown = salvagelane("runs", "show", json.loads(run.stdout)["run_id"], database=database)
     listed = salvagelane("runs", "list", database=database)
 
-    assert run.returncode == 0, run.stderr  # the run is stored; a failed sink is retried later
+    # The run is stored; the sink failed, so the run exits 1 (issue 29.12) and says how to
+    # deliver it again.
+    assert run.returncode == 1, run.stderr
     # The credentials were used: the query strings reached the server, the endpoint path
     # was put before the query string.
     assert [request.path for request in provider.requests] == [
@@ -170,7 +172,8 @@ def test_urls_from_the_environment_are_used_and_shown_by_name(
     run = project.run(database, env, "--json")
     shown = salvagelane("runs", "show", json.loads(run.stdout)["run_id"], database=database)
 
-    assert run.returncode == 0, run.stderr  # the report is stored; the sink failed
+    # The report is stored; the sink failed, so the run exits 1 (issue 29.12).
+    assert run.returncode == 1, run.stderr
     assert [request.path for request in provider.requests] == [
         f"/v1/chat/completions?token={ENV_QUERY_TOKEN}",
         f"/services/{ENV_PATH_SECRET}",

@@ -11,6 +11,7 @@ from typing import NoReturn
 
 import click
 
+from salvagelane.cli.options import Group
 from salvagelane.errors import (
     ConfigurationError,
     ConflictError,
@@ -114,7 +115,7 @@ runs; the group's --help lists the summaries, which a test holds equal to each
 command's own help."""
 
 
-class LazyGroup(click.Group):
+class LazyGroup(Group):
     """A click group whose commands are imported on first use (click's documented
     pattern for lazily loaded subcommands), and whose --help imports none of them."""
 

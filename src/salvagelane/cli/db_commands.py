@@ -5,11 +5,14 @@ from __future__ import annotations
 import click
 
 from salvagelane.cli.app import EXIT_INVALID
-from salvagelane.cli.options import database_option
+from salvagelane.cli.options import (
+    Group,
+    database_option,
+)
 from salvagelane.safe_text import line
 
 
-@click.group("db")
+@click.group("db", cls=Group)
 def db_group() -> None:
     """The database: migrate it, see its revision, import spooled outputs."""
 

@@ -12,6 +12,9 @@ import click
 
 from salvagelane.cli.app import EXIT_INVALID, EXIT_USAGE
 from salvagelane.cli.options import (
+    Command,
+    Group,
+    count_range,
     database_option,
     destination_options,
     instructions_option,
@@ -39,7 +42,7 @@ def replayer_for(instructions_dir: Path, *, use_current: bool = False) -> Replay
     return Replayer(instructions_dir, use_current=use_current)
 
 
-@click.group("fixture")
+@click.group("fixture", cls=Group)
 def fixture_group() -> None:
     """Regression fixtures: capture a stored run's raw output and its outcome."""
 
@@ -48,7 +51,7 @@ def fixture_group() -> None:
 @click.argument("run_id")
 @click.option(
     "--attempt",
-    type=click.IntRange(min=1),
+    type=count_range(),
     metavar="N",
     help="Capture attempt N. Default: the attempt the run's report came from, "
     "else the last one with raw output.",
@@ -73,7 +76,7 @@ def capture_command(
     click.echo(captured_fixture(captured))
 
 
-@click.command("replay")
+@click.command("replay", cls=Command)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option(
     "--use-current",

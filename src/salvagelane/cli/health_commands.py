@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from salvagelane.cli.options import database_option, json_option, queue_stall_option
+from salvagelane.cli.options import (
+    Command,
+    database_option,
+    json_option,
+    queue_stall_option,
+)
 from salvagelane.cli.render import when
 from salvagelane.cli.wiring import open_store, require_known_instruction
 from salvagelane.safe_text import line
@@ -28,7 +33,7 @@ _STRIP = {"ok": "o", "partial": "p", "failed": "F", "interrupted": "I", "missed"
 """One letter per status in the strip of recent runs (``running`` is ``.``)."""
 
 
-@click.command("health")
+@click.command("health", cls=Command)
 @click.option("--instruction", "instruction_id", metavar="ID", help="Only this instruction.")
 @click.option(
     "--days",

@@ -6,11 +6,15 @@ from pathlib import Path
 
 import click
 
+from salvagelane.cli.options import (
+    Command,
+)
+
 FIXTURE = "fixtures/daily-triage-truncated"
 """The recorded output the quick start replays, relative to the project."""
 
 
-@click.command("init")
+@click.command("init", cls=Command)
 @click.argument(
     "directory",
     default=".",

@@ -21,8 +21,11 @@ import click
 from salvagelane.cli import render
 from salvagelane.cli.app import EXIT_INVALID
 from salvagelane.cli.options import (
+    ITEM_ID,
+    Group,
     actor_of,
     by_option,
+    count_range,
     database_option,
     destination_options,
     instructions_option,
@@ -71,7 +74,7 @@ def _known_reason(text: str) -> str:
     return text
 
 
-@click.group("quarantine")
+@click.group("quarantine", cls=Group)
 def quarantine_group() -> None:
     """Review quarantined items: list, show, approve, reject, annotate."""
 
@@ -99,7 +102,7 @@ def quarantine_group() -> None:
     "--limit",
     default=20,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=count_range(),
     help="At most N items (with --reject-all: only when given).",
 )
 @click.option(
@@ -227,7 +230,7 @@ def _filter_parts(where: QuarantineFilter) -> list[str]:
 
 
 @quarantine_group.command("show")
-@click.argument("quarantine_id", metavar="ID", type=int)
+@click.argument("quarantine_id", metavar="ID", type=ITEM_ID)
 @database_option
 @json_option
 def quarantine_show_command(quarantine_id: int, database: str | None, as_json: bool) -> None:
@@ -242,7 +245,7 @@ def quarantine_show_command(quarantine_id: int, database: str | None, as_json: b
 
 
 @quarantine_group.command("export")
-@click.argument("quarantine_id", metavar="ID", type=int)
+@click.argument("quarantine_id", metavar="ID", type=ITEM_ID)
 @destination_options
 @database_option
 def quarantine_export_command(
@@ -261,7 +264,7 @@ def quarantine_export_command(
 
 
 @quarantine_group.command("approve")
-@click.argument("quarantine_id", metavar="ID", type=int)
+@click.argument("quarantine_id", metavar="ID", type=ITEM_ID)
 @click.option(
     "--edit",
     is_flag=True,
@@ -391,7 +394,7 @@ def _refused(refusal: Refused, *, as_json: bool) -> None:
 
 
 @quarantine_group.command("reject")
-@click.argument("quarantine_id", metavar="ID", type=int)
+@click.argument("quarantine_id", metavar="ID", type=ITEM_ID)
 @click.option("--note", required=True, metavar="TEXT", help="Why it is rejected.")
 @by_option
 @database_option
@@ -409,7 +412,7 @@ def quarantine_reject_command(
 
 
 @quarantine_group.command("note")
-@click.argument("quarantine_id", metavar="ID", type=int)
+@click.argument("quarantine_id", metavar="ID", type=ITEM_ID)
 @click.argument("text")
 @by_option
 @database_option

@@ -14,10 +14,14 @@ import click
 from salvagelane.cli import render
 from salvagelane.cli.app import EXIT_INVALID
 from salvagelane.cli.options import (
+    Command,
+    Group,
+    count_range,
     database_option,
     instructions_option,
     json_option,
     parse_fire_time,
+    seconds,
     use_current_option,
 )
 from salvagelane.cli.wiring import open_store, require_known_instruction, wired
@@ -31,7 +35,7 @@ if TYPE_CHECKING:  # imported lazily at run time: `salvage` and `check` never ne
     from salvagelane.store import RunSummary, Store
 
 
-@click.command("run")
+@click.command("run", cls=Command)
 @click.argument("instruction")
 @click.option(
     "--replay",
@@ -51,7 +55,7 @@ if TYPE_CHECKING:  # imported lazily at run time: `salvage` and `check` never ne
     "--stale-after",
     default=60.0,
     show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
+    type=seconds(),
     metavar="SECONDS",
     help="With --scheduled-for: a run of the same fire without a heartbeat for this long "
     "belongs to a process that died; it is marked interrupted and the fire's one retry runs.",
@@ -79,7 +83,9 @@ def run_command(
 
     Renders the prompt, calls the model (or replays a fixture), stores the raw output,
     salvages the report, retries as the definition allows, and stores the report and
-    the quarantine. Exit 0 when the run ended ok or partial, 1 when it failed.
+    the quarantine. Exit 0 when the run ended ok or partial and every sink got its
+    report, 1 when it failed or a sink did not get the report (the command says how to
+    deliver it again).
 
     With --scheduled-for (a system cron or CI job firing runs itself), a fire that
     already has a run is not run again: the command says so and exits 0. A run of the
@@ -148,6 +154,17 @@ def run_command(
         click.echo(render.run_outcome(stored, location, outcome.deliveries))
     if stored.status == RunStatus.FAILED:
         raise click.exceptions.Exit(EXIT_INVALID)
+    undelivered = [delivery for delivery in outcome.deliveries if not delivery.ok]
+    if undelivered:
+        # Run by cron or CI, nothing else retries the delivery: the exit status says it
+        # failed (README, "Exit status"), and this line says how to deliver it by hand.
+        click.echo(
+            f"salvagelane: error: run {stored.id} is stored, but {len(undelivered)} of "
+            f"{len(outcome.deliveries)} sinks did not get its report; deliver it again with: "
+            f"salvagelane runs redeliver {stored.id}",
+            err=True,
+        )
+        raise click.exceptions.Exit(EXIT_INVALID)
 
 
 def _off_schedule(definition: Instruction, moment: datetime, *, force: bool) -> bool:
@@ -197,16 +214,14 @@ def _report_duplicate(
     )
 
 
-@click.group("runs")
+@click.group("runs", cls=Group)
 def runs_group() -> None:
     """Stored runs: list them, show one, deliver one again, cancel one."""
 
 
 @runs_group.command("list")
 @click.option("--instruction", "instruction_id", metavar="ID", help="Only this instruction.")
-@click.option(
-    "--limit", default=20, show_default=True, type=click.IntRange(min=1), help="At most N runs."
-)
+@click.option("--limit", default=20, show_default=True, type=count_range(), help="At most N runs.")
 @database_option
 @json_option
 def runs_list_command(
@@ -228,7 +243,7 @@ def runs_list_command(
 @click.option(
     "--raw",
     "raw_attempt",
-    type=click.IntRange(min=1),
+    type=count_range(),
     metavar="N",
     help="Print only the raw model output of attempt N, exactly as stored.",
 )

@@ -11,6 +11,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from salvagelane.cli.app import EXIT_INVALID
+from salvagelane.cli.options import (
+    Command,
+    count_range,
+)
 from salvagelane.core.records import DEFAULT_MAX_QUARANTINED
 from salvagelane.errors import (
     ConfigurationError,
@@ -47,7 +51,7 @@ def _items_path(dotted: str) -> tuple[str, ...]:
     return path
 
 
-@click.command("salvage")
+@click.command("salvage", cls=Command)
 @click.argument(
     "file", required=False, type=click.Path(dir_okay=False, path_type=Path, allow_dash=True)
 )
@@ -64,25 +68,25 @@ def _items_path(dotted: str) -> tuple[str, ...]:
     required=True,
     help="Dotted key path to the items array; '' when the output is the array itself.",
 )
-@click.option("--max-items", type=click.IntRange(min=0), help="Keep at most N items (by rank).")
+@click.option("--max-items", type=count_range(least=0), help="Keep at most N items (by rank).")
 @click.option("--rank-key", help="Item field ranking items for --max-items (smallest wins).")
 @click.option(
     "--max-depth",
-    type=click.IntRange(min=1),
+    type=count_range(),
     default=32,
     show_default=True,
     help="Most containers nested in one item, the item itself being 1.",
 )
 @click.option(
     "--max-string-length",
-    type=click.IntRange(min=1),
+    type=count_range(),
     default=8192,
     show_default=True,
     help="Longest string or number token in an item.",
 )
 @click.option(
     "--max-bytes",
-    type=click.IntRange(min=1),
+    type=count_range(),
     default=8 * 1024 * 1024,
     show_default=True,
     help="Byte cap on the whole output; over it nothing is scanned.",
@@ -220,7 +224,7 @@ def salvage_command(
         click.echo(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
-@click.command("check")
+@click.command("check", cls=Command)
 @click.argument(
     "directory",
     required=False,

@@ -7,11 +7,14 @@ from pathlib import Path
 
 import click
 
-from salvagelane.cli.options import instructions_option
+from salvagelane.cli.options import (
+    Command,
+    instructions_option,
+)
 from salvagelane.cli.tables import render_schedule_table
 
 
-@click.command("schedule")
+@click.command("schedule", cls=Command)
 @instructions_option
 def schedule_command(instructions_dir: Path) -> None:
     """Print every instruction's cron, time zone and next fire time (UTC and local).

@@ -14,10 +14,13 @@ from typing import TYPE_CHECKING
 import click
 
 from salvagelane.cli.options import (
+    Command,
+    count_range,
     database_option,
     instructions_option,
     metrics_options,
     queue_stall_option,
+    seconds,
     shutdown_timeout_option,
 )
 from salvagelane.cli.tables import render_schedule_table
@@ -39,7 +42,7 @@ if TYPE_CHECKING:
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-@click.command("serve")
+@click.command("serve", cls=Command)
 @instructions_option
 @database_option
 @shutdown_timeout_option(DEFAULTS.shutdown_timeout_seconds)
@@ -48,7 +51,7 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
     "poll_seconds",
     default=DEFAULTS.poll_seconds,
     show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
+    type=seconds(),
     metavar="SECONDS",
     help="How often a standby node tries to take the lead, and the leader looks for runs "
     "whose process died.",
@@ -58,7 +61,7 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
     "heartbeat_seconds",
     default=DEFAULTS.heartbeat_seconds,
     show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
+    type=seconds(),
     metavar="SECONDS",
     help="How often a running run records that it is alive.",
 )
@@ -67,7 +70,7 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
     "stale_after_seconds",
     default=DEFAULTS.stale_after_seconds,
     show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
+    type=seconds(),
     metavar="SECONDS",
     help="A run without a heartbeat for this long is marked interrupted (at least twice "
     "the heartbeat).",
@@ -76,7 +79,7 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
     "--max-workers",
     default=DEFAULTS.max_workers,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=count_range(),
     help="Runs of different instructions that may execute at once.",
 )
 @click.option(

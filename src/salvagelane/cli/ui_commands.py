@@ -11,12 +11,18 @@ from pathlib import Path
 
 import click
 
-from salvagelane.cli.options import actor_of, by_option, database_option, instructions_option
+from salvagelane.cli.options import (
+    Command,
+    actor_of,
+    by_option,
+    database_option,
+    instructions_option,
+)
 from salvagelane.cli.wiring import open_store
 from salvagelane.safe_text import line
 
 
-@click.command("ui")
+@click.command("ui", cls=Command)
 @click.option(
     "--host",
     default="127.0.0.1",

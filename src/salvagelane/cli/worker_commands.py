@@ -11,9 +11,12 @@ from typing import TYPE_CHECKING
 import click
 
 from salvagelane.cli.options import (
+    Command,
+    count_range,
     database_option,
     instructions_option,
     metrics_options,
+    seconds,
     shutdown_timeout_option,
 )
 from salvagelane.cli.wiring import (
@@ -29,14 +32,14 @@ if TYPE_CHECKING:
     from salvagelane.telemetry import RunObserver
 
 
-@click.command("worker")
+@click.command("worker", cls=Command)
 @instructions_option
 @database_option
 @click.option(
     "--concurrency",
     default=4,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=count_range(),
     help="Runs this worker executes at once.",
 )
 @click.option(
@@ -53,7 +56,7 @@ if TYPE_CHECKING:
     "heartbeat_seconds",
     default=SERVE_DEFAULTS.heartbeat_seconds,
     show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
+    type=seconds(),
     metavar="SECONDS",
     help="How often a running run records that it is alive (keep it under half of the "
     "leader's --stale-after).",

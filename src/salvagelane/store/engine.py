@@ -8,6 +8,8 @@ lock, and the busy timeout makes the second one wait instead of failing.
 
 from __future__ import annotations
 
+import errno
+import math
 import os
 import sqlite3
 import sys
@@ -27,6 +29,7 @@ from salvagelane.errors import (
     DatabaseUrlError,
     OutdatedDatabaseError,
     StoreError,
+    not_utf8,
 )
 
 if TYPE_CHECKING:  # imported by the commands that migrate, and only by them
@@ -54,6 +57,7 @@ def database_url(url: str | None) -> str:
         raise DatabaseUrlError(
             "no database URL given (expected sqlite:///PATH or postgresql://...)"
         )
+    _require_text(url)
     for prefix in _PG_PREFIXES:
         if url.startswith(prefix):
             url = _PG_DRIVER + url[len(prefix) :]
@@ -98,6 +102,21 @@ def keeps_nothing(url: URL) -> str | None:
     return None
 
 
+def _require_text(url: str) -> None:
+    """DatabaseUrlError when ``url`` holds a byte that is not UTF-8 (Python passes one on
+    from the command line or the environment as a lone surrogate, which no driver takes)."""
+    try:
+        url.encode("utf-8", "surrogateescape").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        why = not_utf8(exc)
+    except UnicodeEncodeError as exc:
+        why = f"a lone surrogate at offset {exc.start}"
+    else:
+        return
+    # The text may hold a password, so it is not repeated.
+    raise DatabaseUrlError(f"database URL is not well formed: {why} (expected text)")
+
+
 def _parse(url: str) -> URL:
     try:
         return sa.make_url(url)
@@ -105,6 +124,13 @@ def _parse(url: str) -> URL:
         # The text may hold a password, so it is not repeated.
         raise DatabaseUrlError(
             f"database URL is not well formed: {exc.__class__.__name__}"
+        ) from exc
+    except ValueError as exc:
+        # SQLAlchemy reads a port that is not a number (as after an IPv6 host without
+        # its closing "]") with int(), whose message would quote the URL.
+        raise DatabaseUrlError(
+            "database URL is not well formed: its port is not a number (expected "
+            "HOST:PORT, or [IPv6]:PORT with the brackets)"
         ) from exc
 
 
@@ -197,7 +223,15 @@ def _sqlite_file(url: URL) -> Path | None:
     name = url.database or ""
     if _flag(url, "uri") or name.startswith("file:"):
         return None
-    return Path(name).resolve()
+    path = Path(name).resolve()
+    try:
+        path.lstat()
+    except OSError as exc:
+        # A missing file is for the caller to create or refuse; a name too long, or a
+        # directory on the way that may not be searched, is refused here.
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            raise DatabaseOpenError(f"cannot open the database {path}: {exc.strerror}") from exc
+    return path
 
 
 def _flag(url: URL, key: str) -> bool:
@@ -267,9 +301,12 @@ def _seconds(url: URL, value: str | tuple[str, ...]) -> float:
         seconds = float(text)
     except ValueError:
         seconds = -1.0
-    if not seconds >= 0:
-        raise StoreError(
-            f"{masked_url(url)}: timeout={text!r}: expected the busy timeout in seconds"
+    if not (math.isfinite(seconds) and seconds >= 0):
+        # DatabaseUrlError (exit 2): the URL is to fix. inf would overflow the busy timeout
+        # SQLite takes in milliseconds, and nan passes every comparison.
+        raise DatabaseUrlError(
+            f"{masked_url(url)}: timeout={text!r}: expected the busy timeout in seconds "
+            "(a finite number, 0 or more)"
         )
     return seconds
 
@@ -428,6 +465,36 @@ def store_errors(url: str | URL, operation: str) -> Iterator[None]:
         raise StoreError(f"{masked_url(url)}: {operation} failed: {describe(exc, url)}") from exc
 
 
+def _locked(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite's answer to a lock another connection held past the busy
+    timeout (SQLITE_BUSY, SQLITE_LOCKED and their extended codes)."""
+    cause = getattr(exc, "orig", None) or exc
+    code = getattr(cause, "sqlite_errorcode", None)
+    return (
+        isinstance(cause, sqlite3.OperationalError)
+        and isinstance(code, int)
+        and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    )
+
+
+@contextmanager
+def opening_errors(url: str | URL, operation: str) -> Iterator[None]:
+    """:func:`store_errors` for the first transaction a command makes: a SQLite database
+    another process kept locked past the busy timeout is DatabaseOpenError (the command
+    could not start; nothing was read or written), like one that cannot be reached."""
+    try:
+        with store_errors(url, operation):
+            yield
+    except StoreError as exc:
+        if exc.__cause__ is None or not _locked(exc.__cause__):
+            raise
+        raise DatabaseOpenError(
+            f"{masked_url(url)}: cannot open the database: {operation} failed: "
+            f"{describe(exc.__cause__)} (another process held its lock for the whole busy "
+            "timeout; nothing was read or written: try again when it is done)"
+        ) from exc.__cause__
+
+
 def connect(engine: Engine) -> Connection:
     """A connection of ``engine``; DatabaseOpenError (the command cannot start: nothing
     was read or written) when the database cannot be reached or opened at all."""
@@ -445,7 +512,7 @@ def _with_connection(
     """Run ``work`` in one transaction on a short-lived engine for ``url``."""
     engine = make_engine(url, read_only=read_only)
     try:
-        with connect(engine) as connection, store_errors(url, operation), connection.begin():
+        with connect(engine) as connection, opening_errors(url, operation), connection.begin():
             return work(connection)
     finally:
         engine.dispose()

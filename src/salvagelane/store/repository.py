@@ -44,6 +44,7 @@ from salvagelane.store.engine import (
     head_revision,
     make_engine,
     masked_url,
+    opening_errors,
     revision_of,
     store_errors,
     unknown_revision,
@@ -118,7 +119,7 @@ class Store:
         head = head_revision()
         with (
             connect(self._engine) as connection,
-            store_errors(self._url, "check the schema revision"),
+            opening_errors(self._url, "check the schema revision"),
             connection.begin(),
         ):
             current = revision_of(connection)
