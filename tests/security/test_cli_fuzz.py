@@ -41,6 +41,7 @@ from pathlib import Path
 
 import click
 import pytest
+import structlog
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -156,6 +157,9 @@ def _isolated(root: Path) -> Iterator[Invoke]:
 
     def invoke(argv: list[str]) -> tuple[int, str, str]:
         streams = (sys.stdin, sys.stdout, sys.stderr)
+        # main() configures the logs onto the streams it was given, which are detached
+        # below: later tests in this process must log where they did before.
+        logging_config = structlog.get_config()
         out, err = io.BytesIO(), io.BytesIO()
         # A UTF-8 terminal: stdout strict (what is printed unescaped must be text), stderr
         # with backslashreplace, as Python sets them up.
@@ -174,6 +178,7 @@ def _isolated(root: Path) -> Iterator[Invoke]:
             code = 0
         finally:
             sys.stdin, sys.stdout, sys.stderr = streams
+            structlog.configure(**logging_config)
             written = out.getvalue(), err.getvalue()
             stdout.detach()
             stderr.detach()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from salvagelane.cli.app import EXIT_INVALID
-from salvagelane.cli.options import instructions_option, json_option, parse_fire_time
+from salvagelane.cli.options import Command, instructions_option, json_option, parse_fire_time
 from salvagelane.safe_text import block, line, one_line
 
 if TYPE_CHECKING:  # imported when a command runs: `--help` must not pay for them
@@ -36,7 +36,7 @@ scheduled_for_option = click.option(
 )
 
 
-@click.command("try")
+@click.command("try", cls=Command)
 @click.argument("instruction")
 @click.option(
     "--sample",
@@ -106,7 +106,7 @@ def try_command(
         raise click.exceptions.Exit(EXIT_INVALID)
 
 
-@click.command("prompt")
+@click.command("prompt", cls=Command)
 @click.argument("instruction")
 @scheduled_for_option
 @instructions_option
