@@ -152,6 +152,15 @@ REFUSED = [
         "'TEXT': byte 0xE9 at offset 3 is not valid UTF-8",
     ),
     (["runs", "show", NOT_UTF8], "'RUN_ID': byte 0xFF at offset 0 is not valid UTF-8"),
+    # A host the socket layer cannot encode: TypeError at bind.
+    (
+        ["ui", "--host", os.fsdecode(b"\x80"), "--port", "0"],
+        "'--host': expected an IP address or a host name, got '\\udc80'",
+    ),
+    (
+        ["serve", "--metrics-host", os.fsdecode(b"\x80"), "--metrics-port", "0"],
+        "'--metrics-host': expected an IP address or a host name",
+    ),
     # A name the file system cannot take (ENAMETOOLONG): pathlib raised it as an OSError.
     (["check", LONG_NAME], "the system cannot look it up: File name too long"),
     (["replay", LONG_NAME], "the system cannot look it up: File name too long"),

@@ -284,7 +284,7 @@ def working_values(template: Template) -> dict[str, list[str]]:
         "file": ["fixtures/truncated/raw.txt"],
         "path": ["good-item.json"],
         "directory": ["instructions", "new-project"],
-        "database": [_database(template.root)],
+        "database": ["sqlite:///data/salvagelane.db"],  # the example's own copy
         "scheduled_for": ["2026-11-21T05:20:00Z"],
         "since": ["2026-11-21", "2026-11-21T05:20:00+01:00"],
         "note": ["noise"],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import getpass
+import ipaddress
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -158,6 +159,27 @@ class ItemId(click.ParamType[int, Any]):
 ITEM_ID = ItemId()
 
 
+class Host(click.ParamType[str, Any]):
+    """An address to listen on: an IP address or a host name the socket layer can encode
+    (IDNA); "" is every interface. A name it cannot encode raised TypeError at bind."""
+
+    name = "host"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = str(value)
+        try:
+            ipaddress.ip_address(text.strip("[]"))
+        except ValueError:
+            try:
+                text.encode("idna")
+            except UnicodeError:
+                self.fail(f"expected an IP address or a host name, got {text!r}", param, ctx)
+        return text
+
+
+HOST = Host()
+
+
 def undecodable(value: str) -> str | None:
     """Why ``value`` is not text (a byte that is not UTF-8, which Python passes on from
     the command line as a lone surrogate), or None when it is."""
@@ -265,6 +287,7 @@ def metrics_options(function: Callable[..., object]) -> Callable[..., object]:
         "--metrics-host",
         default="127.0.0.1",
         show_default=True,
+        type=HOST,
         metavar="HOST",
         help="The address the metrics endpoint listens on (it has no authentication).",
     )

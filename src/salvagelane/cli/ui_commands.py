@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from salvagelane.cli.options import (
+    HOST,
     Command,
     actor_of,
     by_option,
@@ -27,6 +28,7 @@ from salvagelane.safe_text import line
     "--host",
     default="127.0.0.1",
     show_default=True,
+    type=HOST,
     help="Address to listen on. Anything but a loopback address is warned about, and then "
     "every page needs the token.",
 )
