@@ -1,7 +1,7 @@
 # The two quick-start commands: `make demo` (main job) and `make test` (whole suite).
 # Both create .venv on first use and install from the lock files in requirements/ (exact
-# versions, hashes required, docs/adr/0017-locked-dependencies.md): demo the runtime's,
-# test the runtime's and the tools'. They reinstall only when a lock file or the package
+# versions, hashes required, docs/adr/0017-locked-dependencies.md): demo the runtime's core
+# (SQLite, no extra), test every extra's and the tools'. They reinstall only when a lock file or the package
 # build (pyproject.toml, hatch_build.py, the compiled scan loops) changes.
 PYTHON ?= python3
 VENV := .venv
@@ -70,10 +70,12 @@ $(LOCK_VENV)/.installed: requirements/tools.txt
 	touch $@
 
 # After a change to pyproject.toml's dependencies: resolve again, keeping every pin that
-# still fits. dev.txt is constrained by main.txt, so the two agree on shared packages.
+# still fits. main.txt is the core alone (SQLite; what `make demo` installs), dev.txt every
+# extra and the tools; dev.txt is constrained by main.txt, so the two agree on shared
+# packages.
 lock: $(LOCK_VENV)/.installed
 	$(PIP_COMPILE) --all-build-deps -o requirements/main.txt pyproject.toml
-	$(PIP_COMPILE) --all-build-deps --extra dev --extra bench -c requirements/main.txt \
+	$(PIP_COMPILE) --all-build-deps --extra all --extra dev --extra bench -c requirements/main.txt \
 		-o requirements/dev.txt pyproject.toml
 	$(PIP_COMPILE) -o requirements/tools.txt requirements/tools.in
 

@@ -51,6 +51,16 @@ class UnavailableError(SalvagelaneError):
     review page answers 503."""
 
 
+class MissingExtraError(UnavailableError):
+    """A command or option needs packages of an extra that is not installed (``ui`` needs
+    ``salvagelane[ui]``, a ``postgresql://`` database ``salvagelane[postgres]``...). The
+    message says which to install; the CLI exits 2. ``extra`` names it."""
+
+    def __init__(self, message: str, *, extra: str):
+        super().__init__(f"{message}: pip install 'salvagelane[{extra}]'")
+        self.extra = extra
+
+
 class ConfigurationError(RefusedInputError):
     """A definition, schema, allow-list or option is unusable as given."""
 

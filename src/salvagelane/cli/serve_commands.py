@@ -137,6 +137,9 @@ def serve_command(
         from salvagelane.dispatch import require_postgres
 
         require_postgres(url, "serve --dispatch queue")  # SQLite: refused, exit 2
+    if metrics_port is not None:
+        # Without the `metrics` extra: MissingExtraError (exit 2) before anything starts.
+        import salvagelane.metrics  # noqa: F401
     lock = leader_lock_for(url)
     settings = ServeSettings(
         instructions_dir=instructions_dir,
