@@ -17,8 +17,9 @@ from typing import Any
 
 from salvagelane import environment
 from salvagelane.definitions.context import resolve_allow_lists, resolve_context
+from salvagelane.definitions.field_paths import items_path_finding
 from salvagelane.definitions.fields import schema_fields
-from salvagelane.definitions.loading import items_path_finding, load_instruction
+from salvagelane.definitions.loading import load_instruction
 from salvagelane.definitions.model import ContextSource, Instruction
 from salvagelane.definitions.problems import PathParts, format_path, line_of, one_line
 from salvagelane.definitions.templates import placeholder, preview_prompt, render_prompt

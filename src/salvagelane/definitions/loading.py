@@ -6,7 +6,7 @@ Relative paths in a definition are resolved against its directory.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
@@ -17,6 +17,7 @@ from salvagelane.core import AcceptRepairs, Framing, ItemSchema, parse_items_pat
 from salvagelane.core.canonical import canonical_sha256
 from salvagelane.core.schema_hint import report_hint_schema
 from salvagelane.definitions.cron import cron_problem
+from salvagelane.definitions.field_paths import check_field_path, check_items_path
 from salvagelane.definitions.fields import field_default, field_value
 from salvagelane.definitions.model import (
     AllowListSource,
@@ -201,14 +202,14 @@ def _cross_check(checked: _Checked, files: DiskFiles | StoredFiles) -> None:
         parse_items_path(output["items_path"]) if checked.ok("output", "items_path") else None
     )
     if checked.envelope_schema is not None and items_path is not None:
-        _check_items_path(checked.envelope_schema.schema, items_path, checked.problems)
+        check_items_path(checked.envelope_schema.schema, items_path, checked.problems)
     if (
         checked.item_schema is not None
         and "rank_key" in output
         and checked.ok("output", "rank_key")
     ):
         rank_key = tuple(output["rank_key"].split("."))
-        _check_field_path(
+        check_field_path(
             checked.item_schema.schema, rank_key, ("output", "rank_key"), "item", checked.problems
         )
     guardrails = checked.section("guardrails")
@@ -260,7 +261,7 @@ def _allow_list(
     context_names: list[str] | None,
 ) -> AllowListSource:
     if checked.item_schema is not None:
-        _check_field_path(
+        check_field_path(
             checked.item_schema.schema,
             tuple(entry["field"].split(".")),
             (*where, "field"),
@@ -542,86 +543,6 @@ def _compile_schemas(
                 Problem(("output", "envelope_schema"), f"expected a valid JSON Schema, got: {exc}")
             )
     return item_schema, envelope_schema
-
-
-def _check_field_path(
-    schema: Mapping[str, Any],
-    parts: Sequence[str],
-    where: PathParts,
-    what: str,
-    problems: list[Problem],
-) -> None:
-    """Flag a field path the schema provably forbids (closed ``properties``); stop at
-    anything the check cannot follow ($ref, combinators)."""
-    node: Any = schema
-    for depth, part in enumerate(parts):
-        if not isinstance(node, Mapping) or node.get("additionalProperties") is not False:
-            return
-        properties = node.get("properties")
-        if not isinstance(properties, Mapping) or any(
-            key in node for key in ("$ref", "allOf", "anyOf", "oneOf", "patternProperties")
-        ):
-            return
-        if part not in properties:
-            dotted = ".".join(parts[: depth + 1])
-            problems.append(
-                Problem(
-                    where,
-                    f"expected a field of the {what} schema ({', '.join(properties)}), "
-                    f"got {json.dumps(dotted)}",
-                )
-            )
-            return
-        node = properties[part]
-
-
-_UNFOLLOWED = ("$ref", "$dynamicRef", "allOf", "anyOf", "oneOf", "if", "patternProperties")
-
-
-def items_path_finding(
-    schema: Mapping[str, Any], items_path: Sequence[str]
-) -> tuple[bool, str] | None:
-    """What is wrong with ``items_path`` as the envelope schema sees it: ``(True, why)``
-    when the schema provably has no array there (a key its closed properties lack, a
-    property typed as something else), ``(False, why)`` when it merely does not define
-    one (open properties), None when it does or the check cannot follow ($ref,
-    combinators)."""
-    node: Any = schema
-    for depth, part in enumerate(items_path):
-        if not isinstance(node, Mapping) or any(key in node for key in _UNFOLLOWED):
-            return None
-        properties = node.get("properties", {})
-        if not isinstance(properties, Mapping):
-            return None
-        if part not in properties:
-            dotted = json.dumps(".".join(items_path[: depth + 1]))
-            defined = ", ".join(properties) or "none"
-            if node.get("additionalProperties") is False:
-                return True, f"expected a field of the envelope schema ({defined}), got {dotted}"
-            return False, (
-                f"the envelope schema does not define {dotted} (it defines {defined}): the "
-                "model is shown that schema, and nothing in it asks for the items there"
-            )
-        node = properties[part]
-    if not isinstance(node, Mapping) or any(key in node for key in _UNFOLLOWED):
-        return None
-    kind = node.get("type")
-    kinds = [kind] if isinstance(kind, str) else kind if isinstance(kind, list) else None
-    if kinds is None or "array" in kinds:
-        return None
-    given = json.dumps(".".join(items_path)) if items_path else '"" (the report itself)'
-    return True, (
-        f"expected the path of an array in the envelope schema, got {given}, which it "
-        f"types as {', '.join(map(str, kinds))}"
-    )
-
-
-def _check_items_path(
-    schema: Mapping[str, Any], items_path: Sequence[str], problems: list[Problem]
-) -> None:
-    finding = items_path_finding(schema, items_path)
-    if finding is not None and finding[0]:
-        problems.append(Problem(("output", "items_path"), finding[1]))
 
 
 def _context_source(
