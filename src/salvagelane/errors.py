@@ -70,13 +70,23 @@ class DefinitionError(ConfigurationError):
 
     The message names the file, the field path and what was expected, e.g.
     ``instructions/x.yaml: connector.kind: expected one of "openai", "anthropic",
-    "replay", got "gpt"``. ``paths`` holds the dotted field paths at fault.
+    "replay", got "gpt"``. ``paths`` holds the dotted field paths at fault and
+    ``problems`` each problem as ``path: what was wrong (line N)``, in document order
+    (the message joins them all).
     """
 
-    def __init__(self, message: str, *, source: str | None = None, paths: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        paths: tuple[str, ...] = (),
+        problems: tuple[str, ...] = (),
+    ):
         super().__init__(message)
         self.source = source
         self.paths = paths
+        self.problems = problems
 
 
 class SchemaError(ConfigurationError):
