@@ -73,7 +73,7 @@ $(LOCK_VENV)/.installed: requirements/tools.txt
 # still fits. dev.txt is constrained by main.txt, so the two agree on shared packages.
 lock: $(LOCK_VENV)/.installed
 	$(PIP_COMPILE) --all-build-deps -o requirements/main.txt pyproject.toml
-	$(PIP_COMPILE) --all-build-deps --extra dev --extra bench -c requirements/main.txt \
+	$(PIP_COMPILE) --all-build-deps --extra dev --extra bench --extra docs -c requirements/main.txt \
 		-o requirements/dev.txt pyproject.toml
 	$(PIP_COMPILE) -o requirements/tools.txt requirements/tools.in
 
