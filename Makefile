@@ -17,7 +17,7 @@ PIP_COMPILE = CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile --
 
 FIXTURE := tests/fixtures/daily-triage-truncated
 
-.PHONY: demo test test-loaded test-processes-loaded test-latest lock lock-upgrade bench clean
+.PHONY: demo test docs test-loaded test-processes-loaded test-latest lock lock-upgrade bench clean
 
 # install_locked LOCKFILE: the lock's pins with their hashes, then the package itself
 # (built with the locked backend, no dependency resolved), then a check that the
@@ -47,6 +47,11 @@ test: $(VENV)/.installed-dev
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest -n auto
+
+# The documentation site (mkdocs.yml, docs/) into site/; --strict makes every warning
+# (a broken link or anchor, a page missing from the nav, a missing snippet) an error.
+docs: $(VENV)/.installed-dev
+	NO_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict --site-dir site
 
 # The whole suite with both cores kept busy (the tests must not depend on an idle host).
 test-loaded: $(VENV)/.installed-dev
