@@ -17,7 +17,7 @@ PIP_COMPILE = CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile --
 
 FIXTURE := tests/fixtures/daily-triage-truncated
 
-.PHONY: demo test test-loaded test-processes-loaded test-latest lock lock-upgrade bench clean
+.PHONY: demo test docs test-loaded test-processes-loaded test-latest lock lock-upgrade bench clean
 
 # install_locked LOCKFILE: the lock's pins with their hashes, then the package itself
 # (built with the locked backend, no dependency resolved), then a check that the
@@ -48,6 +48,11 @@ test: $(VENV)/.installed-dev
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest -n auto
 
+# The documentation site (mkdocs.yml, docs/) into site/; --strict makes every warning
+# (a broken link or anchor, a page missing from the nav, a missing snippet) an error.
+docs: $(VENV)/.installed-dev
+	NO_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict --site-dir site
+
 # The whole suite with both cores kept busy (the tests must not depend on an idle host).
 test-loaded: $(VENV)/.installed-dev
 	bash .ci/with-load $(BIN)/pytest
@@ -75,7 +80,7 @@ $(LOCK_VENV)/.installed: requirements/tools.txt
 # packages.
 lock: $(LOCK_VENV)/.installed
 	$(PIP_COMPILE) --all-build-deps -o requirements/main.txt pyproject.toml
-	$(PIP_COMPILE) --all-build-deps --extra all --extra dev --extra bench -c requirements/main.txt \
+	$(PIP_COMPILE) --all-build-deps --extra all --extra dev --extra bench --extra docs -c requirements/main.txt \
 		-o requirements/dev.txt pyproject.toml
 	$(PIP_COMPILE) -o requirements/tools.txt requirements/tools.in
 

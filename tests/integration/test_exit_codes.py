@@ -1,4 +1,5 @@
-"""The exit-code contract of the README ("Exit status"), as one table over every command.
+"""The exit-code contract (docs/reference/cli.md, "Exit status"), as one table over every
+command.
 
 0 done (a partial run is done); 1 a run, a delivery or a definition failed, or a
 confirmation was declined (and nothing changed); 2 something to fix in the command, its

@@ -1,5 +1,5 @@
 """Issue 29.11: the error hierarchy follows what went wrong, and each front end maps it
-in one place: the command line to exit codes (README, "Exit status"), the review page
+in one place: the command line to exit codes (docs/reference/cli.md, "Exit status"), the review page
 to HTTP statuses. A state conflict used to be a NotFoundError (a 404 on the page)."""
 
 from __future__ import annotations

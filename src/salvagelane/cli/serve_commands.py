@@ -126,7 +126,7 @@ def serve_command(
     mode the leader ends interrupted a queued run no worker will take (its job is gone,
     its worker died before taking it), with the reason on the run.
 
-    With --metrics-port the node serves Prometheus metrics (README, "Metrics") for as long
+    With --metrics-port the node serves Prometheus metrics (docs/guides/metrics.md) for as long
     as it runs, leading or standing by.
     """
     from salvagelane import environment

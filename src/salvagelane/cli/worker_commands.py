@@ -81,7 +81,7 @@ def worker_command(
     the leader retries a scheduled one once.
 
     With --metrics-port the worker serves the Prometheus metrics of the runs it executes
-    (README, "Metrics"), and the database's figures, as `serve` does.
+    (docs/guides/metrics.md), and the database's figures, as `serve` does.
     """
     from salvagelane import environment
     from salvagelane.dispatch import QueueWorker, WorkerSettings, require_postgres

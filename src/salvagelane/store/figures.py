@@ -51,7 +51,6 @@ HELD_BACK = (ReviewStatus.PENDING, ReviewStatus.REJECTED)
 """Review states of a quarantined item of the chosen attempt that keep it out of the report."""
 
 
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunFigures:
     """A run's figures, as every view shows them (see the module docstring)."""
