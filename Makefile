@@ -93,3 +93,26 @@ bench: $(VENV)/.installed-dev
 
 clean:
 	rm -rf $(VENV) $(LOCK_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# --- peers: the connectors against a real LiteLLM proxy (opt-in, never in CI) -------------
+# `make test-peers` installs LiteLLM's proxy into its own venv from requirements/peers.txt
+# (exact versions, hashes required), starts it on a free local port with mock responses
+# (tests/peers/litellm.yaml: no provider is called, nothing is fetched) and runs
+# tests/peers against it (docs/providers.md says what they verify).
+PEERS_VENV := .venv-peers
+
+$(PEERS_VENV)/.installed: requirements/peers.txt
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		--require-hashes -r requirements/peers.txt
+	touch $@
+
+.PHONY: test-peers lock-peers
+test-peers: $(VENV)/.installed-dev $(PEERS_VENV)/.installed
+	$(BIN)/python tests/peers/run.py --litellm $(PEERS_VENV)/bin/litellm -- \
+		$(BIN)/pytest tests/peers -m peers -n 0 -p no:cacheprovider
+
+# requirements/peers.txt of requirements/peers.in, as `make lock` compiles the others.
+lock-peers: $(LOCK_VENV)/.installed
+	$(subst make lock,make lock-peers,$(PIP_COMPILE)) -o requirements/peers.txt \
+		requirements/peers.in
