@@ -34,6 +34,7 @@ def mock_responses() -> dict[str, Any]:
     return {
         model["model_name"]: model["litellm_params"]["mock_response"]
         for model in config["model_list"]
+        if "mock_response" in model["litellm_params"]
     }
 
 

@@ -95,7 +95,8 @@ def main() -> int:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     key = f"sk-{secrets.token_hex(32)}"
-    env = {**os.environ, **OFFLINE, "LITELLM_MASTER_KEY": key}
+    # PEER_SELF_URL: litellm.yaml's relayed model calls the proxy itself, no one else.
+    env = {**os.environ, **OFFLINE, "LITELLM_MASTER_KEY": key, "PEER_SELF_URL": f"{url}/v1"}
     with tempfile.TemporaryDirectory(prefix="salvagelane-peers-") as scratch:
         log_path = Path(scratch) / "litellm.log"
         print(f"test-peers: starting litellm {version} on {url} (log: {log_path})", flush=True)

@@ -46,6 +46,8 @@ REQUEST = CompletionRequest(
     max_output_tokens=256,
     temperature=0.0,
 )
+# A relayed model answers with another model's mock (tests/peers/litellm.yaml).
+RELAYED = {"peer-relay-claude": "peer-report"}
 # Tight enough to fail fast, loose enough for a proxy's first answer on a busy host.
 LIMITS = {"timeout_seconds": 60.0, "deadline_seconds": 600.0}
 
@@ -73,10 +75,14 @@ def wire_text(response: WireResponse) -> bytes:
     Anthropic message."""
     if response.headers["content-type"].startswith("text/event-stream"):
         parts = []
-        for _, data in events(response.body):
-            if data != "[DONE]":
-                for choice in json.loads(data).get("choices", []):
-                    parts.append(choice.get("delta", {}).get("content") or "")
+        for name, data in events(response.body):
+            if data == "[DONE]":
+                continue
+            event = json.loads(data)
+            if name == "content_block_delta" and event["delta"]["type"] == "text_delta":
+                parts.append(event["delta"]["text"])
+            for choice in event.get("choices", []) if name is None else []:
+                parts.append(choice.get("delta", {}).get("content") or "")
         return "".join(parts).encode("utf-8")
     body = json.loads(response.body)
     if body.get("type") == "message":
@@ -105,8 +111,17 @@ def stored_raw(database: Path) -> list[bytes]:
         # LiteLLM's /v1/messages mock answers JSON even to a stream request: the connector
         # must read it as the JSON it is.
         ("anthropic", "peer-report-claude", True),
+        # The relayed model streams: LiteLLM's own Anthropic event stream, translated from
+        # its chat-completion stream.
+        ("anthropic", "peer-relay-claude", True),
     ],
-    ids=["openai-json", "openai-stream", "anthropic-json", "anthropic-stream-request"],
+    ids=[
+        "openai-json",
+        "openai-stream",
+        "anthropic-json",
+        "anthropic-stream-request",
+        "anthropic-stream",
+    ],
 )
 def test_the_stored_raw_text_is_what_litellm_sent(
     tmp_path: Path,
@@ -141,11 +156,12 @@ def test_the_stored_raw_text_is_what_litellm_sent(
     assert outcome.finish_reason == FinishReason.STOP.value
     (response,) = responses(wire)
     assert response.status == 200
+    streamed = stream and model != "peer-report-claude"
     assert response.headers["content-type"].startswith(
-        "text/event-stream" if stream and kind == "openai" else "application/json"
+        "text/event-stream" if streamed else "application/json"
     )
     sent = wire_text(response)
-    assert sent == mock_responses[model].encode("utf-8")
+    assert sent == mock_responses[RELAYED.get(model, model)].encode("utf-8")
     assert stored_raw(database) == [sent]
 
 
@@ -226,6 +242,25 @@ def test_anthropic_end_turn_and_usage(client: httpx.Client, wire: RecordingProxy
         "completion_tokens": body["usage"]["output_tokens"],
     }
     assert completion.usage["prompt_tokens"]
+
+
+def test_anthropic_stream_end_turn_and_usage(client: httpx.Client, wire: RecordingProxy) -> None:
+    completion = anthropic(client, wire, "peer-relay-claude", stream=True).complete(REQUEST)
+    (response,) = responses(wire)
+    found = [json.loads(data) for name, data in events(response.body) if name == "message_delta"]
+    (delta,) = found
+    assert delta["delta"]["stop_reason"] == "end_turn"
+    assert (completion.finish_reason, completion.native_finish_reason) == (
+        FinishReason.STOP,
+        "end_turn",
+    )
+    # Usage is cumulative: message_delta's counts replace message_start's zeros.
+    assert dict(completion.usage) == {
+        "prompt_tokens": delta["usage"]["input_tokens"],
+        "completion_tokens": delta["usage"]["output_tokens"],
+    }
+    assert completion.usage["completion_tokens"]
+    assert completion.stream_error is None
 
 
 # --- the structured-output hint ---------------------------------------------------------------
