@@ -71,12 +71,13 @@ def test_list_is_newest_first_and_show_marks_the_span(
 
     assert table.returncode == 0, table.stderr
     header, *rows = table.stdout.splitlines()
-    assert header.split()[:8] == [
-        "ID", "CREATED", "(UTC)", "INSTRUCTION", "RUN", "REASON", "STATUS", "ERROR",
+    assert header.split()[:9] == [
+        "ID", "CREATED", "(UTC)", "INSTRUCTION", "RUN", "ITEM", "REASON", "STATUS", "ERROR",
     ]  # fmt: skip
-    assert [row.split()[4:6] for row in rows] == [
-        [schema_run[:8], "schema"],
-        [truncated_run[:8], "truncated"],
+    # ITEM numbers the output's items from 1, as every text does (ADR 0018).
+    assert [row.split()[4:7] for row in rows] == [
+        [schema_run[:8], "2", "schema"],
+        [truncated_run[:8], "8", "truncated"],
     ]
     assert "schema at $.action: expected one of" in rows[0]
     items = listed(database)
@@ -325,7 +326,7 @@ def test_export_writes_the_fixture_of_the_items_run_and_replay_reproduces_it(
 
     assert exported.returncode == 0, exported.stderr
     assert f"run          {run_id}, attempt 1" in exported.stdout
-    assert f"item         #{item['id']}: truncated at index 7" in exported.stdout
+    assert f"quarantined  #{item['id']} (item 8 of the output): truncated" in exported.stdout
     assert (to / "raw.txt").read_bytes() == (FIXTURE / "raw.txt").read_bytes()
     replayed = salvagelane("replay", str(to), database=database)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr

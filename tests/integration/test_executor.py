@@ -160,9 +160,9 @@ def test_nothing_salvaged_is_retried_with_a_correction_and_the_better_attempt_wi
     correction = asked(provider, 1)
     original = asked(provider, 0)
     assert correction.startswith(original.rstrip())
-    assert "item 0, allow_list at $.candidate" in correction
-    assert "item 1, schema at $.confidence: expected" in correction
-    assert "item 2, schema at $" in correction
+    assert "item 1, allow_list at $.candidate" in correction
+    assert "item 2, schema at $.confidence: expected" in correction
+    assert "item 3, schema at $" in correction
     assert "made-up-workstream" in correction  # the received value, for the model to fix
     detail = store.get_run(outcome.run_id)
     assert [a.number for a in detail.attempts] == [1, 2]
