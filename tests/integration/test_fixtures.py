@@ -28,14 +28,15 @@ def stored_run(database: str, env: dict[str, str] | None = None) -> str:
 
 
 def lowered_max_items(tmp_path: Path) -> Path:
-    """A copy of the bundled definitions keeping one item fewer than the bundled one."""
+    """A copy of the bundled definitions keeping 6 items: one fewer than the 7 complete
+    ones of the truncated fixture, so its 7th is lost to over_limit."""
     copy = tmp_path / "definitions"
     shutil.copytree(ROOT / "instructions", copy / "instructions")
     shutil.copytree(ROOT / "schemas", copy / "schemas")
     definition = copy / "instructions" / "daily-triage.yaml"
     text = definition.read_text(encoding="utf-8")
-    assert "  max_items: 7\n" in text
-    definition.write_text(text.replace("  max_items: 7\n", "  max_items: 6\n"), encoding="utf-8")
+    assert "  max_items: 8\n" in text
+    definition.write_text(text.replace("  max_items: 8\n", "  max_items: 6\n"), encoding="utf-8")
     return copy / "instructions"
 
 

@@ -148,7 +148,11 @@ def test_try_live_calls_the_model_once_and_says_what_a_run_would_do_next(
 ) -> None:
     project = Project.create(tmp_path / "project")
     project.edit(
-        {**aimed_at(provider, KEY_ENV), "structured_output: false": "structured_output: true"}
+        {
+            **aimed_at(provider, KEY_ENV),
+            "structured_output: false": "structured_output: true",
+            "on: [nothing_salvaged]": "on: [nothing_salvaged, truncated]",
+        }
     )
     with_sinks(project, provider)
     # Cut off after three recommendations (finish length) with one of them refused by the
