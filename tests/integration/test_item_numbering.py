@@ -95,11 +95,20 @@ def surfaces(database_url: str, tmp_path: Path) -> dict[str, str]:
             instructions_dir=ROOT / "instructions",
             actor="alice",
         )
-        page = TestClient(create_app(settings), base_url="http://127.0.0.1:8765").get(
-            f"/items/{qid}"
-        )
+        client = TestClient(create_app(settings), base_url="http://127.0.0.1:8765")
+        page = client.get(f"/items/{qid}")
         assert page.status_code == 200
         texts["review page"] = page.text
+        run_page = client.get(f"/runs/{run_id}")
+        assert run_page.status_code == 200
+        texts["review page's run"] = run_page.text
+        queue = client.get("/")
+        assert queue.status_code == 200
+        # The queue's item column, read as its header names it.
+        headers = re.findall(r"<th>([^<]*)</th>", queue.text)
+        (row,) = re.findall(r"<tr data-href=.*?</tr>", queue.text, re.DOTALL)
+        cells = re.findall(r"<td[^>]*>(?:<[^>]*>)*([^<]*)", row)
+        texts["review queue"] = f"{headers[4]} {cells[4]}"
     return texts
 
 
@@ -109,6 +118,8 @@ SAYS = {
     "quarantine show": "source       item 2 of the output, span ",
     "quarantine list": "item 2 reason schema",
     "review page": "<dt>source</dt><dd>item 2 of the output, span ",
+    "review page's run": '</a> item 2 of the output <span class="reason reason-schema">',
+    "review queue": "item 2",
     "fixture capture": "expected     partial: 2 item(s) kept, 1 quarantined (item 2: schema)",
     "quarantine export": "(item 2 of the output): schema",
     "fixture replay": "item 2 reason changed: allow_list -> schema",
