@@ -1,7 +1,7 @@
 # The two quick-start commands: `make demo` (main job) and `make test` (whole suite).
 # Both create .venv on first use and install from the lock files in requirements/ (exact
-# versions, hashes required, docs/adr/0017-locked-dependencies.md): demo the runtime's,
-# test the runtime's and the tools'. They reinstall only when a lock file or the package
+# versions, hashes required, docs/adr/0017-locked-dependencies.md): demo the runtime's core
+# (SQLite, no extra), test every extra's and the tools'. They reinstall only when a lock file or the package
 # build (pyproject.toml, hatch_build.py, the compiled scan loops) changes.
 PYTHON ?= python3
 VENV := .venv
@@ -17,7 +17,7 @@ PIP_COMPILE = CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_VENV)/bin/pip-compile --
 
 FIXTURE := tests/fixtures/daily-triage-truncated
 
-.PHONY: demo test test-loaded test-processes-loaded test-latest lock lock-upgrade bench clean
+.PHONY: demo test docs test-loaded test-processes-loaded test-latest lock lock-upgrade bench clean
 
 # install_locked LOCKFILE: the lock's pins with their hashes, then the package itself
 # (built with the locked backend, no dependency resolved), then a check that the
@@ -48,6 +48,11 @@ test: $(VENV)/.installed-dev
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest -n auto
 
+# The documentation site (mkdocs.yml, docs/) into site/; --strict makes every warning
+# (a broken link or anchor, a page missing from the nav, a missing snippet) an error.
+docs: $(VENV)/.installed-dev
+	NO_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict --site-dir site
+
 # The whole suite with both cores kept busy (the tests must not depend on an idle host).
 test-loaded: $(VENV)/.installed-dev
 	bash .ci/with-load $(BIN)/pytest
@@ -70,10 +75,12 @@ $(LOCK_VENV)/.installed: requirements/tools.txt
 	touch $@
 
 # After a change to pyproject.toml's dependencies: resolve again, keeping every pin that
-# still fits. dev.txt is constrained by main.txt, so the two agree on shared packages.
+# still fits. main.txt is the core alone (SQLite; what `make demo` installs), dev.txt every
+# extra and the tools; dev.txt is constrained by main.txt, so the two agree on shared
+# packages.
 lock: $(LOCK_VENV)/.installed
 	$(PIP_COMPILE) --all-build-deps -o requirements/main.txt pyproject.toml
-	$(PIP_COMPILE) --all-build-deps --extra dev --extra bench -c requirements/main.txt \
+	$(PIP_COMPILE) --all-build-deps --extra all --extra dev --extra bench --extra docs -c requirements/main.txt \
 		-o requirements/dev.txt pyproject.toml
 	$(PIP_COMPILE) -o requirements/tools.txt requirements/tools.in
 

@@ -1,9 +1,9 @@
-"""Keep the README's CLI reference equal to the real ``--help`` output.
+"""Keep the documentation's command-line reference equal to the real ``--help`` output.
 
-Each ``<!-- help: salvagelane COMMAND... -->`` marker in README.md is followed by a console block
-holding ``$ salvagelane COMMAND... --help`` and its output. This script rewrites those
-blocks from the command line itself (``--write``) or reports the ones that drifted
-(``--check``, exit 1), and lists every command or subcommand without a block: the
+Each ``<!-- help: salvagelane COMMAND... -->`` marker in docs/reference/cli.md is followed by
+a console block holding ``$ salvagelane COMMAND... --help`` and its output. This script
+rewrites those blocks from the command line itself (``--write``) or reports the ones that
+drifted (``--check``, exit 1), and lists every command or subcommand without a block: the
 reference must show them all. The test suite runs the check.
 
     .venv/bin/python scripts/cli_reference.py --write
@@ -23,7 +23,8 @@ import click
 from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+REFERENCE = ROOT / "docs" / "reference" / "cli.md"
+"""Where the help blocks live (the site's page "Command line")."""
 WIDTH = 80
 """Help is wrapped at this width wherever it is generated, so the block is stable."""
 
@@ -101,10 +102,10 @@ def main() -> int:
     action.add_argument("--write", action="store_true", help="rewrite the blocks in place")
     action.add_argument("--check", action="store_true", help="exit 1 if a block drifted")
     args = parser.parse_args()
-    text = README.read_text(encoding="utf-8")
+    text = REFERENCE.read_text(encoding="utf-8")
     if args.write:
-        README.write_text(rewritten(text), encoding="utf-8")
-    now = README.read_text(encoding="utf-8")
+        REFERENCE.write_text(rewritten(text), encoding="utf-8")
+    now = REFERENCE.read_text(encoding="utf-8")
     problems = [f"drifted: salvagelane{d.command} --help" for d in drifted(now)]
     problems += [f"no help block: salvagelane {command}".rstrip() for command in missing(now)]
     for problem in problems:

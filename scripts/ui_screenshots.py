@@ -1,4 +1,4 @@
-"""Take the README's screenshots of the review page (docs/img/*.png) with Playwright.
+"""Take the review page's screenshots (docs/img/*.png, in docs/guides/review.md) with Playwright.
 
 Builds a scratch project the way a new user has one: the daily-triage instruction of
 this checkout, six scheduled fires on the last days (four with a complete answer of

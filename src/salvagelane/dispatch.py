@@ -35,24 +35,35 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import sqlalchemy as sa
-from procrastinate import App, PsycopgConnector
-from procrastinate import exceptions as queue_errors
-from procrastinate.job_context import AbortReason, JobContext
-from procrastinate.schema import SchemaManager
-from procrastinate.sql import queries as queue_queries
 
-from salvagelane.definitions import Instruction
-from salvagelane.definitions.directory import load_definitions, require_loadable
 from salvagelane.errors import (
     ConfigurationError,
+    MissingExtraError,
     NotFoundError,
     QueueError,
     RunStateError,
     RunTakenError,
     SalvagelaneError,
 )
+
+try:
+    import psycopg
+    from procrastinate import App, PsycopgConnector
+    from procrastinate import exceptions as queue_errors
+    from procrastinate.job_context import AbortReason, JobContext
+    from procrastinate.schema import SchemaManager
+    from procrastinate.sql import queries as queue_queries
+except ImportError as exc:
+    # Every command that dispatches through the queue imports this module first.
+    raise MissingExtraError(
+        "the task queue (`serve --dispatch queue`, `salvagelane worker`, `runs cancel`) "
+        "needs its packages (procrastinate, psycopg)",
+        extra="queue",
+    ) from exc
+
+from salvagelane.definitions import Instruction
+from salvagelane.definitions.directory import load_definitions, require_loadable
 from salvagelane.executor import ConnectorFactory, Executor, SinkFactory, mark_abandoned
 from salvagelane.logs import bound, get_logger
 from salvagelane.store import QueuedRun, Store, database_url, masked_url

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
 from salvagelane.errors import ConnectorError
@@ -42,6 +43,15 @@ def api_key(name: str) -> str:
 
 
 _PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]+")
+
+
+def variable_state(name: str) -> Literal["set", "empty", "not set"]:
+    """Whether environment variable ``name`` holds something, for ``check``'s warnings:
+    the value itself is never returned, so nothing can print it."""
+    value = os.environ.get(name)
+    if value is None:
+        return "not set"
+    return "set" if value.strip() else "empty"
 
 
 def url(name: str, what: str) -> str:

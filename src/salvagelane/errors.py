@@ -51,6 +51,16 @@ class UnavailableError(SalvagelaneError):
     review page answers 503."""
 
 
+class MissingExtraError(UnavailableError):
+    """A command or option needs packages of an extra that is not installed (``ui`` needs
+    ``salvagelane[ui]``, a ``postgresql://`` database ``salvagelane[postgres]``...). The
+    message says which to install; the CLI exits 2. ``extra`` names it."""
+
+    def __init__(self, message: str, *, extra: str):
+        super().__init__(f"{message}: pip install 'salvagelane[{extra}]'")
+        self.extra = extra
+
+
 class ConfigurationError(RefusedInputError):
     """A definition, schema, allow-list or option is unusable as given."""
 
@@ -60,13 +70,23 @@ class DefinitionError(ConfigurationError):
 
     The message names the file, the field path and what was expected, e.g.
     ``instructions/x.yaml: connector.kind: expected one of "openai", "anthropic",
-    "replay", got "gpt"``. ``paths`` holds the dotted field paths at fault.
+    "replay", got "gpt"``. ``paths`` holds the dotted field paths at fault and
+    ``problems`` each problem as ``path: what was wrong (line N)``, in document order
+    (the message joins them all).
     """
 
-    def __init__(self, message: str, *, source: str | None = None, paths: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        paths: tuple[str, ...] = (),
+        problems: tuple[str, ...] = (),
+    ):
         super().__init__(message)
         self.source = source
         self.paths = paths
+        self.problems = problems
 
 
 class SchemaError(ConfigurationError):

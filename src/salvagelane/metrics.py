@@ -32,21 +32,28 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from prometheus_client import (
-    GC_COLLECTOR,
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    disable_created_metrics,
-    start_http_server,
-)
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.gc_collector import GCCollector
-from prometheus_client.platform_collector import PlatformCollector
-from prometheus_client.process_collector import ProcessCollector
-from prometheus_client.registry import Collector
+from salvagelane.errors import ConfigurationError, MissingExtraError, StoreError
 
-from salvagelane.errors import ConfigurationError, StoreError
+try:
+    from prometheus_client import (
+        GC_COLLECTOR,
+        CollectorRegistry,
+        Counter,
+        Histogram,
+        disable_created_metrics,
+        start_http_server,
+    )
+    from prometheus_client.core import GaugeMetricFamily, Metric
+    from prometheus_client.gc_collector import GCCollector
+    from prometheus_client.platform_collector import PlatformCollector
+    from prometheus_client.process_collector import ProcessCollector
+    from prometheus_client.registry import Collector
+except ImportError as exc:
+    # Imported by `serve` and `worker` only when --metrics-port is given.
+    raise MissingExtraError(
+        "--metrics-port needs the metrics packages (prometheus-client)", extra="metrics"
+    ) from exc
+
 from salvagelane.logs import get_logger
 from salvagelane.serve_settings import DEFAULT_QUEUE_STALL_SECONDS
 from salvagelane.telemetry import NOTHING_FOLDED, fire_lag_seconds

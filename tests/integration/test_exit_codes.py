@@ -1,4 +1,5 @@
-"""The exit-code contract of the README ("Exit status"), as one table over every command.
+"""The exit-code contract (docs/reference/cli.md, "Exit status"), as one table over every
+command.
 
 0 done (a partial run is done); 1 a run, a delivery or a definition failed, or a
 confirmation was declined (and nothing changed); 2 something to fix in the command, its
@@ -523,6 +524,22 @@ ROWS: list[Row] = [
     row("check", "check instructions", code=0, out="ok  daily-triage", **NO_DB),
     row("check, invalid", "check broken", code=1, out="error  broken/broken.yaml", **NO_DB),
     row("check, missing directory", "check nowhere", code=2, err="nowhere", **NO_DB),
+    row(
+        "check with the key variable unset: a warning, still valid",
+        "check instructions",
+        code=0,
+        out="warning  instructions/daily-triage.yaml: connector.api_key_env",
+        runner=run_without_api_key,
+        **NO_DB,
+    ),
+    row(
+        "check --strict with the key variable unset: the warning fails it",
+        "check --strict instructions",
+        code=1,
+        out="OPENROUTER_API_KEY is not set here",
+        runner=run_without_api_key,
+        **NO_DB,
+    ),
     row("schedule", "schedule", code=0, out="daily-triage", **NO_DB),
     row(
         "schedule of an invalid definition",

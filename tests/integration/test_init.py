@@ -1,4 +1,5 @@
-"""``salvagelane init``: the example project, and the README's library example run in it."""
+"""``salvagelane init``: the example project, and the documentation's library example
+(docs/reference/library.md) run in it."""
 
 from __future__ import annotations
 
@@ -118,25 +119,24 @@ def test_init_refuses_a_file_as_the_directory(tmp_path: Path) -> None:
     assert (tmp_path / "demo").read_text(encoding="utf-8") == "x"
 
 
-# --- The README's "Use as a library" example ------------------------------------------------
+# --- The documentation's "Use as a library" example ----------------------------------------
 
 
-def _readme_example() -> tuple[str, str]:
-    """The python block of the README's "Use as a library" section and the text block
-    that shows what it prints."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Use as a library\n", 1)[1].split("\n## ", 1)[0]
-    code = re.search(r"^```python\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
-    shown = re.search(r"^```text\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
-    assert code is not None, "README: Use as a library has no python block"
-    assert shown is not None, "README: Use as a library does not show what it prints"
+def _library_example() -> tuple[str, str]:
+    """The python block of docs/reference/library.md and the text block that shows what
+    it prints."""
+    page = (ROOT / "docs" / "reference" / "library.md").read_text(encoding="utf-8")
+    code = re.search(r"^```python\n(.*?)^```$", page, re.MULTILINE | re.DOTALL)
+    shown = re.search(r"^```text\n(.*?)^```$", page, re.MULTILINE | re.DOTALL)
+    assert code is not None, "docs/reference/library.md has no python block"
+    assert shown is not None, "docs/reference/library.md does not show what it prints"
     assert code.start() < shown.start()
     return code.group(1), shown.group(1)
 
 
-def test_readme_library_example_prints_what_the_readme_shows(tmp_path: Path) -> None:
+def test_the_library_example_prints_what_the_page_shows(tmp_path: Path) -> None:
     # As a reader would: salvagelane init demo, then the block pasted into Python in demo.
-    code, shown = _readme_example()
+    code, shown = _library_example()
     assert _init(tmp_path, "demo").returncode == 0
     done = subprocess.run(
         [sys.executable, "-c", code],

@@ -32,6 +32,7 @@ from salvagelane.definitions import (
     resolve_context,
 )
 from salvagelane.errors import ConfigurationError, DefinitionError
+from tests.support.cli import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "instructions" / "daily-triage.yaml"
@@ -698,12 +699,20 @@ def test_cron_rejects(expression: str, expected: str) -> None:
 # --- salvagelane check -----------------------------------------------------------------------
 
 
-def run_check(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+KEY_SET = {"OPENROUTER_API_KEY": "sk-test-not-a-key"}  # the bundled definition's key variable
+
+
+def run_check(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``salvagelane check ARGS`` with the bundled key variable set (unless ``env`` says
+    otherwise: an unset one is a warning)."""
     return subprocess.run(
         [sys.executable, "-m", "salvagelane", "check", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
+        env=clean_env(KEY_SET if env is None else env),
         timeout=120,
         check=False,
     )

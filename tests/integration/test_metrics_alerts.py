@@ -1,5 +1,5 @@
-"""The README's example alerts (docs/prometheus/) are valid rules that fire when they
-should, and name metrics salvagelane really exposes.
+"""The example alerts (docs/prometheus/, shown in docs/guides/metrics.md) are valid rules
+that fire when they should, and name metrics salvagelane really exposes.
 
 promtool (Debian's ``prometheus`` package) checks and unit-tests the rules; without it
 those tests skip with a note, except under CI (``CI`` set), where .ci/run installs it."""

@@ -51,7 +51,10 @@ def hostile_project(tmp_path: Path) -> tuple[Path, dict[str, Path], dict[str, st
     edit(definition, "Today is {{ today }}.", "Today is {{ today }} ({{ plugin }}, {{ shell }}).")
     sink = "\nsinks:\n  - kind: callable\n    callable: marking_sink:deliver\nretry:"
     edit(definition, "\nretry:", sink)
-    env = {"PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(plugins)])}
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(plugins)]),
+        "OPENROUTER_API_KEY": "sk-test-not-a-key",  # unset, check would warn about it
+    }
     return project, marks, env
 
 
@@ -100,7 +103,9 @@ def test_check_says_when_the_prompt_needs_a_value_it_did_not_compute(tmp_path: P
     project = copy_project(tmp_path)
     edit(project / DEFINITION, "Today is {{ today }}.", "Today is {{ today + 1 }}.")
 
-    proc = run_measured("check", "instructions", cwd=project)
+    proc = run_measured(
+        "check", "instructions", cwd=project, env={"OPENROUTER_API_KEY": "sk-test-not-a-key"}
+    )
 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines() == [

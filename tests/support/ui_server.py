@@ -30,7 +30,7 @@ def running_ui(
 ) -> Iterator[RunningUi]:
     """Start ``salvagelane ui --port 0`` (the system picks the port; the command prints
     it), yield once it has printed its URL, stop it with SIGINT on the way out: it must
-    end with exit 0, as the README says of its stop signals."""
+    end with exit 0, as docs/reference/cli.md ("Exit status") says of its stop signals."""
     proc = subprocess.Popen(
         command("ui", "--port", "0", "--database", database, "--instructions", str(instructions)),
         cwd=cwd,

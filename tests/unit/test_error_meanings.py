@@ -1,5 +1,5 @@
 """Issue 29.11: the error hierarchy follows what went wrong, and each front end maps it
-in one place: the command line to exit codes (README, "Exit status"), the review page
+in one place: the command line to exit codes (docs/reference/cli.md, "Exit status"), the review page
 to HTTP statuses. A state conflict used to be a NotFoundError (a 404 on the page)."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from salvagelane.errors import (
     DefinitionError,
     DuplicateFireError,
     InputError,
+    MissingExtraError,
     NotFoundError,
     OutdatedDatabaseError,
     QueueError,
@@ -50,6 +51,7 @@ CASES: list[tuple[SalvagelaneError, type[SalvagelaneError] | None, int, int]] = 
     (DatabaseOpenError("no database"), UnavailableError, EXIT_USAGE, 503),
     (OutdatedDatabaseError("db upgrade"), UnavailableError, EXIT_USAGE, 503),
     (ServeLockedError("held"), UnavailableError, EXIT_USAGE, 503),
+    (MissingExtraError("needs the queue", extra="queue"), UnavailableError, EXIT_USAGE, 503),
     (StoreError("disk full"), None, EXIT_INVALID, 503),
     (AttemptNotStoredError("spooled", spool_file=None), None, EXIT_INVALID, 503),
     (ConnectorError("no key"), None, EXIT_INVALID, 500),

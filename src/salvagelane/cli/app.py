@@ -23,7 +23,8 @@ from salvagelane.errors import (
 )
 from salvagelane.safe_text import one_line
 
-# The exit-code contract (README, "Exit status"; tests/integration/test_exit_codes.py).
+# The exit-code contract (docs/reference/cli.md, "Exit status";
+# tests/integration/test_exit_codes.py).
 EXIT_OK = 0  # done (a partial run is done)
 EXIT_INVALID = 1  # a run, a delivery or a definition failed; a declined confirmation
 EXIT_USAGE = 2  # something to fix in the command, its files, its database, its environment
@@ -228,8 +229,9 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    """Console entry point: one-line errors, and the README's exit codes: 0 done, 1 a run
-    or a definition failed, 2 something to fix before anything starts, 130 Ctrl-C."""
+    """Console entry point: one-line errors, and the exit codes (docs/reference/cli.md): 0
+    done, 1 a run or a definition failed, 2 something to fix before anything starts, 130
+    Ctrl-C."""
     try:
         code = cli.main(args=argv, prog_name="salvagelane", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as exc:

@@ -22,6 +22,7 @@ def db_group() -> None:
 def db_upgrade_command(database: str | None) -> None:
     """Create the tables or migrate them to the newest revision (idempotent)."""
     from salvagelane import environment
+    from salvagelane.errors import MissingExtraError
     from salvagelane.store import current_revision, masked_url, upgrade
     from salvagelane.store import database_url as normalised
 
@@ -39,8 +40,17 @@ def db_upgrade_command(database: str | None) -> None:
         click.echo(f"{masked_url(url)}: upgraded from {before or 'an empty database'} to {after}")
     if url_is_postgres(url):
         # The task queue's tables (`serve --dispatch queue`, `worker`; ADR 0013), once.
-        from salvagelane.dispatch import install_schema
-
+        try:
+            from salvagelane.dispatch import install_schema
+        except MissingExtraError:
+            # PostgreSQL without the queue: the store is upgraded; the first queue
+            # leader or worker installs the tables once the extra is there.
+            click.echo(
+                f"{masked_url(url)}: the task queue's tables are not installed, nor are its "
+                "packages (`serve --dispatch queue` and `worker` need "
+                "pip install 'salvagelane[queue]')"
+            )
+            return
         if install_schema(url):
             click.echo(f"{masked_url(url)}: installed the task queue's tables")
 

@@ -157,7 +157,8 @@ def run_command(
     undelivered = [delivery for delivery in outcome.deliveries if not delivery.ok]
     if undelivered:
         # Run by cron or CI, nothing else retries the delivery: the exit status says it
-        # failed (README, "Exit status"), and this line says how to deliver it by hand.
+        # failed (docs/reference/cli.md, "Exit status"), and this line says how to deliver
+        # it by hand.
         click.echo(
             f"salvagelane: error: run {stored.id} is stored, but {len(undelivered)} of "
             f"{len(outcome.deliveries)} sinks did not get its report; deliver it again with: "

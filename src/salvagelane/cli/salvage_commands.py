@@ -238,7 +238,13 @@ def salvage_command(
     help="Also resolve context callables: imports and runs the context callables the "
     "definitions name (their code), as a run does. Only for definitions you trust.",
 )
-def check_command(directory: Path, resolve: bool) -> None:
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 1 on warnings too (e.g. on the host that runs serve, where every "
+    "variable a definition names must be set).",
+)
+def check_command(directory: Path, resolve: bool, strict: bool) -> None:
     """Validate every instruction definition (*.yaml, *.yml) in DIRECTORY.
 
     DIRECTORY defaults to instructions/. Each definition is loaded and validated, its
@@ -247,28 +253,38 @@ def check_command(directory: Path, resolve: bool) -> None:
     (the prompt is rendered with placeholders for their values) and callable sinks are
     not imported. --resolve imports and runs the context callables too, as a run does.
 
-    Prints one line per definition, then what was not run (or, with --resolve, what
-    ran); exit 1 if any is invalid, 2 if DIRECTORY is missing or holds no definitions.
+    Prints "ok" and what was not run (or, with --resolve, what ran) for a valid
+    definition, an "error" line for each problem of an invalid one, then a "warning"
+    line for each environment variable a definition names that is not set here and
+    for an items path its envelope schema does not define. Exit 1 if any definition
+    is invalid (or, with --strict, has a warning), 2 if DIRECTORY is missing or holds
+    no definitions.
     """
     # Imported here: Jinja2 and PyYAML add about 60 ms that `salvage` never needs.
     from salvagelane.definitions import (
         check_instruction,
         definition_files,
         duplicate_id_check,
+        environment_warnings,
     )
 
     files = definition_files(directory)
     if not files:
         raise ConfigurationError(f"{directory}: no instruction definitions (*.yaml, *.yml)")
     seen: dict[str, Path] = {}
-    invalid = 0
+    invalid = warned = 0
     for path in files:
+        warnings = list(environment_warnings(path))
         try:
             checked = check_instruction(path, resolve=resolve)
             duplicate_id_check(checked.instruction, seen)
         except DefinitionError as exc:
             invalid += 1
-            click.echo("error  " + one_line(str(exc)))
+            # One line per problem, each naming the file: as a compiler lists errors.
+            for problem in exc.problems or (None,):
+                shown = str(exc) if problem is None else f"{exc.source}: {problem}"
+                click.echo("error  " + one_line(shown))
+            warned += _warn(path, warnings)
             continue
         click.echo(f"ok  {line(checked.instruction.id)}  ({line(str(path))})")
         for note in _schema_notes(checked.instruction):
@@ -288,8 +304,15 @@ def check_command(directory: Path, resolve: bool) -> None:
             )
         if checked.ran:
             click.echo(f"  ran: {line(_callables(checked.ran))}")
-    if invalid:
+        warned += _warn(path, [*checked.warnings, *warnings])
+    if invalid or (strict and warned):
         raise click.exceptions.Exit(EXIT_INVALID)
+
+
+def _warn(path: Path, warnings: Sequence[str]) -> int:
+    for warning in warnings:
+        click.echo(f"warning  {one_line(f'{path}: {warning}')}")
+    return len(warnings)
 
 
 def _schema_notes(instruction: Instruction) -> list[str]:

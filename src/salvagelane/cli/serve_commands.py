@@ -126,7 +126,7 @@ def serve_command(
     mode the leader ends interrupted a queued run no worker will take (its job is gone,
     its worker died before taking it), with the reason on the run.
 
-    With --metrics-port the node serves Prometheus metrics (README, "Metrics") for as long
+    With --metrics-port the node serves Prometheus metrics (docs/guides/metrics.md) for as long
     as it runs, leading or standing by.
     """
     from salvagelane import environment
@@ -137,6 +137,9 @@ def serve_command(
         from salvagelane.dispatch import require_postgres
 
         require_postgres(url, "serve --dispatch queue")  # SQLite: refused, exit 2
+    if metrics_port is not None:
+        # Without the `metrics` extra: MissingExtraError (exit 2) before anything starts.
+        import salvagelane.metrics  # noqa: F401
     lock = leader_lock_for(url)
     settings = ServeSettings(
         instructions_dir=instructions_dir,

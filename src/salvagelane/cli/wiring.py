@@ -31,7 +31,7 @@ def open_store(database: str | None, *, read_only: bool = False) -> Iterator[Sto
     """The store at ``database`` (or the environment's default), upgraded if new, with
     the model outputs spooled while it refused them imported.
 
-    ``read_only`` (the commands that only read, listed in the README): the database is
+    ``read_only`` (the commands that only read, listed in docs/reference/cli.md): the database is
     opened read-only, never created, migrated or fed the spool; a missing SQLite file is
     "no database at PATH" (exit 2).
 

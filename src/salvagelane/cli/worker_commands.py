@@ -81,7 +81,7 @@ def worker_command(
     the leader retries a scheduled one once.
 
     With --metrics-port the worker serves the Prometheus metrics of the runs it executes
-    (README, "Metrics"), and the database's figures, as `serve` does.
+    (docs/guides/metrics.md), and the database's figures, as `serve` does.
     """
     from salvagelane import environment
     from salvagelane.dispatch import QueueWorker, WorkerSettings, require_postgres
@@ -89,6 +89,9 @@ def worker_command(
     from salvagelane.telemetry import NO_TELEMETRY
 
     url = require_postgres(environment.database_url(database), "salvagelane worker")
+    if metrics_port is not None:
+        # Without the `metrics` extra: MissingExtraError (exit 2) before anything starts.
+        import salvagelane.metrics  # noqa: F401
     names = tuple(name.strip() for name in queues.split(",") if name.strip())
     settings = WorkerSettings(
         instructions_dir=instructions_dir,

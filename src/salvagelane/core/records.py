@@ -233,7 +233,7 @@ new_quarantined = builder(
 )
 
 
-def reason_ordered(counts: Mapping[str, int]) -> dict[str, JSONValue]:
+def reason_ordered(counts: Mapping[str, int]) -> dict[str, int]:
     """``counts`` by reason in the order of :class:`Reason` (an unknown word last)."""
     order = {reason.value: position for position, reason in enumerate(Reason)}
     return {

@@ -21,6 +21,11 @@ touching the filesystem, and runs none of the code it names.
 
 from __future__ import annotations
 
+from salvagelane.definitions.checking import (
+    CheckedInstruction,
+    check_instruction,
+    environment_warnings,
+)
 from salvagelane.definitions.context import (
     resolve_allow_lists,
     resolve_context,
@@ -29,16 +34,15 @@ from salvagelane.definitions.context import (
     with_snapshot,
 )
 from salvagelane.definitions.cron import cron_problem
-from salvagelane.definitions.directory import DefinitionSet, load_definitions, require_loadable
-from salvagelane.definitions.loading import (
-    CheckedInstruction,
-    check_instruction,
+from salvagelane.definitions.directory import (
+    DefinitionSet,
     definition_files,
     duplicate_id_check,
-    load_instruction,
+    load_definitions,
     load_instructions,
-    load_stored,
+    require_loadable,
 )
+from salvagelane.definitions.loading import load_instruction, load_stored
 from salvagelane.definitions.model import (
     AllowListSource,
     ConnectorKind,
@@ -99,6 +103,7 @@ __all__ = [
     "describe_differences",
     "differences",
     "duplicate_id_check",
+    "environment_warnings",
     "load_definitions",
     "load_instruction",
     "load_instructions",

@@ -1,4 +1,5 @@
-"""The definitions a ``serve`` node schedules: every loadable file of a directory.
+"""The definitions of a directory: its files, all of them loaded (the first broken one
+fails), and what a ``serve`` node schedules (every loadable one).
 
 A file that does not load is reported, not fatal: the node schedules the others, and on
 a reload keeps the previous version of a definition whose file broke.
@@ -6,11 +7,12 @@ a reload keeps the previous version of a definition whose file broke.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from salvagelane.definitions.loading import definition_files, duplicate_id_check, load_instruction
+from salvagelane.definitions.loading import load_instruction
 from salvagelane.definitions.model import Instruction
 from salvagelane.errors import ConfigurationError, DefinitionError
 
@@ -78,3 +80,50 @@ def require_loadable(found: DefinitionSet, directory: Path) -> None:
         + (f" (and {more} more file(s))" if more else "")
         + "; salvagelane check says what is wrong"
     )
+
+
+def definition_files(directory: Path | str) -> list[Path]:
+    """The ``*.yaml`` and ``*.yml`` files directly in ``directory``, sorted by name.
+
+    ConfigurationError (not DefinitionError) when the directory does not exist.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ConfigurationError(
+            f"{directory}: no such directory (expected a directory of instruction definitions)"
+        )
+    try:
+        entries = list(directory.iterdir())
+    except OSError as exc:
+        raise ConfigurationError(f"{directory}: cannot list: {exc.strerror or exc}") from exc
+    return sorted(
+        entry
+        for entry in entries
+        if entry.suffix in (".yaml", ".yml") and not entry.name.startswith(".") and entry.is_file()
+    )
+
+
+def load_instructions(directory: Path | str) -> list[Instruction]:
+    """Every definition in ``directory``; the first broken one raises DefinitionError,
+    and so does an id used twice."""
+    instructions: list[Instruction] = []
+    seen: dict[str, Path] = {}
+    for path in definition_files(directory):
+        instruction = load_instruction(path)
+        duplicate_id_check(instruction, seen)
+        instructions.append(instruction)
+    return instructions
+
+
+def duplicate_id_check(instruction: Instruction, seen: dict[str, Path]) -> None:
+    """Raise DefinitionError when another definition in ``seen`` has the same id; else
+    record this one."""
+    if instruction.id in seen:
+        source = str(instruction.source)
+        raise DefinitionError(
+            f"{source}: id: expected an id no other definition uses, got "
+            f"{json.dumps(instruction.id)}, which {seen[instruction.id]} uses too",
+            source=source,
+            paths=("id",),
+        )
+    seen[instruction.id] = instruction.source

@@ -66,7 +66,8 @@ def instruction_by_id(
     has it; ``where`` (e.g. ``fixture/meta.json: instruction``) starts the message.
     DefinitionError when ``<id>.yaml`` itself does not load.
     """
-    from salvagelane.definitions.loading import definition_files, load_instruction
+    from salvagelane.definitions.directory import definition_files
+    from salvagelane.definitions.loading import load_instruction
 
     prefix = "" if where is None else f"{where}: "
     valid = require_instruction_id(

@@ -6,19 +6,19 @@ Relative paths in a definition are resolved against its directory.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from salvagelane.core import AcceptRepairs, Framing, ItemSchema, parse_items_path
 from salvagelane.core.canonical import canonical_sha256
-from salvagelane.core.records import DEFAULT_MAX_QUARANTINED
 from salvagelane.core.schema_hint import report_hint_schema
-from salvagelane.definitions.context import resolve_allow_lists, resolve_context
 from salvagelane.definitions.cron import cron_problem
+from salvagelane.definitions.field_paths import check_field_path, check_items_path
+from salvagelane.definitions.fields import field_default, field_value
 from salvagelane.definitions.model import (
     AllowListSource,
     ConnectorKind,
@@ -45,9 +45,6 @@ from salvagelane.definitions.problems import (
 )
 from salvagelane.definitions.snapshot import DefinitionSnapshot, DiskFiles, StoredFiles
 from salvagelane.definitions.templates import (
-    placeholder,
-    preview_prompt,
-    render_prompt,
     template_problems,
 )
 from salvagelane.definitions.validation import validate
@@ -120,169 +117,256 @@ def _load(
             source=source,
             paths=() if exc.path is None else (format_path(exc.path),),
         ) from exc
-    raise_problems(source, in_document_order(validate(document), lines), lines)
-    problems: list[Problem] = []
-    instruction = _build(document, path, files, problems)
-    raise_problems(source, in_document_order(problems, lines), lines)
-    assert instruction is not None
-    return replace(instruction, text=text, stored_sha256=stored)
+    problems = validate(document)
+    if not isinstance(document, Mapping):
+        raise_problems(source, problems, lines)
+    # The cross-checks run on whatever passed the schema, so that one report lists
+    # every problem of the definition, not the schema's first.
+    checked = _Checked(document, problems)
+    _cross_check(checked, files)
+    raise_problems(source, in_document_order(checked.problems, lines), lines)
+    return replace(_build(checked, path, files), text=text, stored_sha256=stored)
 
 
-def _build(
-    document: Mapping[str, Any],
-    path: Path,
-    files: DiskFiles | StoredFiles,
-    problems: list[Problem],
-) -> Instruction | None:
-    """The Instruction for a schema-valid document; cross-reference problems go to
-    ``problems`` (and then nothing is returned)."""
-    schedule_doc = document["schedule"]
-    cron_error = cron_problem(schedule_doc["cron"])
-    if cron_error:
-        problems.append(Problem(("schedule", "cron"), cron_error))
-    timezone = schedule_doc["timezone"]
-    try:
-        ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError):
-        problems.append(
-            Problem(
+class _Checked:
+    """A document, the problems found in it so far, and what the cross-checks produced.
+    A cross-check reads a field only when the schema found nothing wrong on its path."""
+
+    def __init__(self, document: Mapping[str, Any], problems: list[Problem]) -> None:
+        self.document = document
+        self.problems = list(problems)
+        self._broken = [problem.path for problem in problems]
+        self.item_schema: ItemSchema | None = None
+        self.envelope_schema: ItemSchema | None = None
+        self.fixture: Path | None = None
+        self.context: dict[str, ContextSource] = {}
+        self.allow_lists: list[AllowListSource] = []
+        self.loaded: dict[str, str] = {}
+
+    def ok(self, *path: str | int) -> bool:
+        """Whether the schema passed ``path``: nothing wrong at it, above or below it."""
+        return not any(
+            broken[: len(path)] == path or path[: len(broken)] == broken for broken in self._broken
+        )
+
+    def section(self, name: str) -> Mapping[str, Any]:
+        """The mapping at top-level field ``name``, its default when absent."""
+        value = self.document.get(name)
+        if value is None and name in _DEFAULTED:
+            return cast(Mapping[str, Any], field_default(name))
+        return value if isinstance(value, Mapping) else {}
+
+    def add(self, where: PathParts, message: str) -> None:
+        self.problems.append(Problem(where, message))
+
+
+_DEFAULTED = ("guardrails", "context")
+
+
+def _cross_check(checked: _Checked, files: DiskFiles | StoredFiles) -> None:
+    """Check what the schema cannot: cron, time zone, the files named, field paths into
+    the report's schemas, context names, templates. Problems go to ``checked.problems``."""
+    schedule = checked.section("schedule")
+    if checked.ok("schedule", "cron"):
+        cron_error = cron_problem(schedule["cron"])
+        if cron_error:
+            checked.add(("schedule", "cron"), cron_error)
+    if checked.ok("schedule", "timezone"):
+        try:
+            ZoneInfo(schedule["timezone"])
+        except (ZoneInfoNotFoundError, ValueError):
+            checked.add(
                 ("schedule", "timezone"),
                 f"expected an IANA time zone name such as UTC or Europe/Berlin, "
-                f"got {received(timezone)}",
+                f"got {received(schedule['timezone'])}",
             )
-        )
 
-    connector_doc = document["connector"]
-    fixture = None
-    if "fixture" in connector_doc and isinstance(files, DiskFiles):
-        # A stored copy keeps no fixture: nothing rebuilt from one calls a connector.
-        fixture = _fixture_directory(files, connector_doc["fixture"], problems)
+    connector = checked.section("connector")
+    # A stored copy keeps no fixture: nothing rebuilt from one calls a connector.
+    if (
+        "fixture" in connector
+        and checked.ok("connector", "fixture")
+        and isinstance(files, DiskFiles)
+    ):
+        checked.fixture = _fixture_directory(files, connector["fixture"], checked.problems)
 
-    output_doc = document["output"]
-    loaded: dict[str, str] = {}
-    item_schema, envelope_schema = _compile_schemas(files, output_doc, problems, loaded)
-    items_path = parse_items_path(output_doc["items_path"])
-    if envelope_schema is not None:
-        _check_field_path(
-            envelope_schema.schema, items_path, ("output", "items_path"), "envelope", problems
+    output = checked.section("output")
+    checked.item_schema, checked.envelope_schema = _compile_schemas(
+        files,
+        output.get("item_schema") if checked.ok("output", "item_schema") else None,
+        output.get("envelope_schema") if checked.ok("output", "envelope_schema") else None,
+        checked.problems,
+        checked.loaded,
+    )
+    items_path = (
+        parse_items_path(output["items_path"]) if checked.ok("output", "items_path") else None
+    )
+    if checked.envelope_schema is not None and items_path is not None:
+        check_items_path(checked.envelope_schema.schema, items_path, checked.problems)
+    if (
+        checked.item_schema is not None
+        and "rank_key" in output
+        and checked.ok("output", "rank_key")
+    ):
+        rank_key = tuple(output["rank_key"].split("."))
+        check_field_path(
+            checked.item_schema.schema, rank_key, ("output", "rank_key"), "item", checked.problems
         )
-    if item_schema is not None:
-        rank_key = tuple(output_doc["rank_key"].split("."))
-        _check_field_path(item_schema.schema, rank_key, ("output", "rank_key"), "item", problems)
-    if connector_doc["structured_output"] and item_schema and envelope_schema:
+    guardrails = checked.section("guardrails")
+    if (
+        checked.ok("connector", "structured_output")
+        and field_value(connector, "structured_output", "connector.structured_output")
+        and checked.item_schema is not None
+        and checked.envelope_schema is not None
+        and items_path is not None
+        and checked.ok("guardrails", "max_items")
+    ):
         try:  # the hint a run sends must be one a provider can resolve
             report_hint_schema(
-                envelope_schema.schema,
-                resources=[item_schema.schema],
+                checked.envelope_schema.schema,
+                resources=[checked.item_schema.schema],
                 items_path=items_path,
-                max_items=document["guardrails"]["max_items"],
+                max_items=field_value(guardrails, "max_items", "guardrails.max_items"),
             )
         except SchemaError as exc:
-            problems.append(
-                Problem(("output", "envelope_schema"), f"expected a bundlable schema: {exc}")
-            )
+            checked.add(("output", "envelope_schema"), f"expected a bundlable schema: {exc}")
 
-    context = {
-        name: _context_source(name, entry, files, problems)
-        for name, entry in document["context"].items()
-    }
+    context_names: list[str] | None = None
+    if checked.ok("context") or isinstance(checked.document.get("context"), Mapping):
+        context_doc = checked.section("context")
+        context_names = list(context_doc)
+        checked.context = {
+            name: _context_source(name, entry, files, checked.problems)
+            for name, entry in context_doc.items()
+            if checked.ok("context", name)
+        }
 
-    guardrails_doc = document["guardrails"]
-    allow_lists = []
-    for index, entry in enumerate(guardrails_doc["allow_lists"]):
+    allow_list_docs = guardrails.get("allow_lists", ())
+    for index, entry in enumerate(allow_list_docs if isinstance(allow_list_docs, list) else ()):
         where: PathParts = ("guardrails", "allow_lists", index)
-        if item_schema is not None:
-            _check_field_path(
-                item_schema.schema,
-                tuple(entry["field"].split(".")),
-                (*where, "field"),
-                "item",
-                problems,
-            )
-        reference = entry.get("file")
-        if reference is not None:
-            text = _read_file(files, reference, (*where, "file"), problems, _MAX_FILE_BYTES)
-            if text is not None:
-                try:
-                    allow_list_values(text, shown=files.shown(reference))
-                except ConfigurationError as exc:
-                    problems.append(Problem((*where, "file"), f"expected an allow-list: {exc}"))
-        if "context" in entry and entry["context"] not in context:
-            offered = ", ".join(context) or "none"
-            problems.append(
-                Problem(
-                    (*where, "context"),
-                    f"expected the name of a context entry ({offered}), "
-                    f"got {received(entry['context'])}",
-                )
-            )
-        allow_lists.append(
-            AllowListSource(
-                field=entry["field"],
-                values=tuple(entry["values"]) if "values" in entry else None,
-                file=_on_disk(files, reference),
-                context=entry.get("context"),
-                reference=reference,
-            )
-        )
+        if checked.ok(*where):
+            checked.allow_lists.append(_allow_list(entry, where, files, checked, context_names))
 
-    prompt_doc = document["prompt"]
+    prompt = checked.section("prompt")
     for name in ("system", "user"):
-        problems.extend(template_problems(name, prompt_doc[name], context))
+        if context_names is not None and checked.ok("prompt", name):
+            checked.problems.extend(template_problems(name, prompt[name], context_names))
 
-    if problems or item_schema is None or envelope_schema is None:
-        return None
+
+def _allow_list(
+    entry: Mapping[str, Any],
+    where: PathParts,
+    files: DiskFiles | StoredFiles,
+    checked: _Checked,
+    context_names: list[str] | None,
+) -> AllowListSource:
+    if checked.item_schema is not None:
+        check_field_path(
+            checked.item_schema.schema,
+            tuple(entry["field"].split(".")),
+            (*where, "field"),
+            "item",
+            checked.problems,
+        )
+    reference = entry.get("file")
+    if reference is not None:
+        text = _read_file(files, reference, (*where, "file"), checked.problems, _MAX_FILE_BYTES)
+        if text is not None:
+            try:
+                allow_list_values(text, shown=files.shown(reference))
+            except ConfigurationError as exc:
+                checked.add((*where, "file"), f"expected an allow-list: {exc}")
+    if "context" in entry and context_names is not None and entry["context"] not in context_names:
+        offered = ", ".join(context_names) or "none"
+        checked.add(
+            (*where, "context"),
+            f"expected the name of a context entry ({offered}), got {received(entry['context'])}",
+        )
+    return AllowListSource(
+        field=entry["field"],
+        values=tuple(entry["values"]) if "values" in entry else None,
+        file=_on_disk(files, reference),
+        context=entry.get("context"),
+        reference=reference,
+    )
+
+
+def _build(checked: _Checked, path: Path, files: DiskFiles | StoredFiles) -> Instruction:
+    """The Instruction for a document without problems: every field given, an absent
+    optional one as its schema default, so that nothing past loading guesses a default."""
+    document = checked.document
+    assert checked.item_schema is not None
+    assert checked.envelope_schema is not None
+    schedule_doc = checked.section("schedule")
+    connector_doc = checked.section("connector")
+    output_doc = checked.section("output")
+    guardrails_doc = checked.section("guardrails")
+    retry_doc = checked.section("retry")
+    prompt_doc = checked.section("prompt")
     return Instruction(
         id=document["id"],
         description=document["description"],
         schedule=Schedule(
             cron=schedule_doc["cron"],
-            timezone=timezone,
-            misfire_grace_seconds=schedule_doc.get("misfire_grace_seconds", 3600),
+            timezone=schedule_doc["timezone"],
+            misfire_grace_seconds=field_value(
+                schedule_doc, "misfire_grace_seconds", "schedule.misfire_grace_seconds"
+            ),
             deadline_seconds=schedule_doc.get("deadline_seconds"),
         ),
         connector=ConnectorSpec(
             kind=ConnectorKind(connector_doc["kind"]),
             model=connector_doc["model"],
             max_output_tokens=connector_doc["max_output_tokens"],
-            temperature=float(connector_doc["temperature"]),
+            temperature=float(field_value(connector_doc, "temperature", "connector.temperature")),
             timeout_seconds=float(connector_doc["timeout_seconds"]),
-            structured_output=connector_doc["structured_output"],
+            structured_output=field_value(
+                connector_doc, "structured_output", "connector.structured_output"
+            ),
             base_url=connector_doc.get("base_url"),
             base_url_env=connector_doc.get("base_url_env"),
             api_key_env=connector_doc.get("api_key_env"),
             max_tokens_field=connector_doc.get("max_tokens_field"),
-            fixture=fixture,
-            stream=connector_doc.get("stream", False),
+            fixture=checked.fixture,
+            stream=field_value(connector_doc, "stream", "connector.stream"),
             anthropic_version=connector_doc.get("anthropic_version"),
         ),
         prompt=PromptTemplates(system=prompt_doc["system"], user=prompt_doc["user"]),
         output=OutputSpec(
             envelope_schema_path=_schema_path(files, output_doc["envelope_schema"]),
             item_schema_path=_schema_path(files, output_doc["item_schema"]),
-            items_path=items_path,
-            rank_key=output_doc["rank_key"],
-            envelope_schema=envelope_schema,
-            item_schema=item_schema,
-            framing=Framing(output_doc.get("framing", "auto")),
+            items_path=parse_items_path(output_doc["items_path"]),
+            rank_key=output_doc.get("rank_key"),
+            envelope_schema=checked.envelope_schema,
+            item_schema=checked.item_schema,
+            framing=Framing(field_value(output_doc, "framing", "output.framing")),
         ),
         guardrails=GuardrailSpec(
-            max_items=guardrails_doc["max_items"],
-            max_depth=guardrails_doc["max_depth"],
-            max_string_length=guardrails_doc["max_string_length"],
-            max_output_bytes=guardrails_doc["max_output_bytes"],
-            coerce=guardrails_doc["coerce"],
-            allow_lists=tuple(allow_lists),
-            # Optional, so that every definition written before it means what it meant.
-            accept_repairs=AcceptRepairs(guardrails_doc.get("accept_repairs", "none")),
-            max_quarantined=guardrails_doc.get("max_quarantined", DEFAULT_MAX_QUARANTINED),
+            max_items=field_value(guardrails_doc, "max_items", "guardrails.max_items"),
+            max_depth=field_value(guardrails_doc, "max_depth", "guardrails.max_depth"),
+            max_string_length=field_value(
+                guardrails_doc, "max_string_length", "guardrails.max_string_length"
+            ),
+            max_output_bytes=field_value(
+                guardrails_doc, "max_output_bytes", "guardrails.max_output_bytes"
+            ),
+            coerce=field_value(guardrails_doc, "coerce", "guardrails.coerce"),
+            allow_lists=tuple(checked.allow_lists),
+            accept_repairs=AcceptRepairs(
+                field_value(guardrails_doc, "accept_repairs", "guardrails.accept_repairs")
+            ),
+            max_quarantined=field_value(
+                guardrails_doc, "max_quarantined", "guardrails.max_quarantined"
+            ),
         ),
-        context=MappingProxyType(context),
+        context=MappingProxyType(checked.context),
         retry=RetryPolicy(
-            attempts=document["retry"]["attempts"],
-            on=tuple(RetryOn(value) for value in document["retry"]["on"]),
-            length_budget_factor=float(document["retry"].get("length_budget_factor", 2.0)),
-            max_output_tokens_ceiling=document["retry"].get("max_output_tokens_ceiling"),
+            attempts=retry_doc["attempts"],
+            on=tuple(RetryOn(value) for value in retry_doc["on"]),
+            length_budget_factor=float(
+                field_value(retry_doc, "length_budget_factor", "retry.length_budget_factor")
+            ),
+            max_output_tokens_ceiling=retry_doc.get("max_output_tokens_ceiling"),
         ),
         # A stored copy never says where a report goes: see load_stored.
         sinks=(
@@ -291,10 +375,12 @@ def _build(
             else ()
         ),
         source=path,
+        # As written: defaults filled in would change the version of every definition
+        # written before them.
         definition=MappingProxyType(dict(document)),
         definition_sha256=canonical_sha256(document),
         files=files,
-        loaded_files=MappingProxyType(loaded),
+        loaded_files=MappingProxyType(checked.loaded),
     )
 
 
@@ -306,7 +392,7 @@ def _sink(entry: Mapping[str, Any], base: Path) -> SinkSpec:
         url=entry.get("url"),
         url_env=entry.get("url_env"),
         token_env=entry.get("token_env"),
-        timeout_seconds=float(entry.get("timeout_seconds", 30.0)),
+        timeout_seconds=float(field_value(entry, "timeout_seconds", "sinks[].timeout_seconds")),
         callable=entry.get("callable"),
     )
 
@@ -408,23 +494,30 @@ def _fixture_directory(files: DiskFiles, relative: str, problems: list[Problem])
 
 def _compile_schemas(
     files: DiskFiles | StoredFiles,
-    output: Mapping[str, Any],
+    item_ref: str | None,
+    envelope_ref: str | None,
     problems: list[Problem],
     loaded: dict[str, str],
 ) -> tuple[ItemSchema | None, ItemSchema | None]:
-    """The compiled item and envelope schemas; the envelope may $ref the item by its $id.
-    The text of each schema read goes into ``loaded`` (by the path as written)."""
-    item_ref, envelope_ref = output["item_schema"], output["envelope_schema"]
-    item_text = _read_file(files, item_ref, ("output", "item_schema"), problems, _MAX_FILE_BYTES)
-    envelope_text = _read_file(
-        files, envelope_ref, ("output", "envelope_schema"), problems, _MAX_FILE_BYTES
-    )
-    for reference, text in ((item_ref, item_text), (envelope_ref, envelope_text)):
-        if text is not None:
-            loaded[reference] = text
+    """The compiled item and envelope schemas (None for a reference that is None or
+    unusable); the envelope may $ref the item by its $id. The text of each schema read
+    goes into ``loaded`` (by the path as written)."""
+    item_text = envelope_text = None
+    if item_ref is not None:
+        item_text = _read_file(
+            files, item_ref, ("output", "item_schema"), problems, _MAX_FILE_BYTES
+        )
+        if item_text is not None:
+            loaded[item_ref] = item_text
+    if envelope_ref is not None:
+        envelope_text = _read_file(
+            files, envelope_ref, ("output", "envelope_schema"), problems, _MAX_FILE_BYTES
+        )
+        if envelope_text is not None:
+            loaded[envelope_ref] = envelope_text
     item_schema = envelope_schema = None
     item_document: Any = None
-    if item_text is not None:
+    if item_text is not None and item_ref is not None:
         try:
             item_document = parse_json_text(item_text, what="schema", shown=files.shown(item_ref))
             item_schema = ItemSchema.compile(item_document, source=item_ref)
@@ -432,7 +525,7 @@ def _compile_schemas(
             problems.append(
                 Problem(("output", "item_schema"), f"expected a valid JSON Schema, got: {exc}")
             )
-    if envelope_text is not None and item_schema is not None:
+    if envelope_text is not None and envelope_ref is not None and item_schema is not None:
         # Compiled only with a usable item schema: the envelope usually $refs it.
         bundled = (
             [item_document]
@@ -450,37 +543,6 @@ def _compile_schemas(
                 Problem(("output", "envelope_schema"), f"expected a valid JSON Schema, got: {exc}")
             )
     return item_schema, envelope_schema
-
-
-def _check_field_path(
-    schema: Mapping[str, Any],
-    parts: Sequence[str],
-    where: PathParts,
-    what: str,
-    problems: list[Problem],
-) -> None:
-    """Flag a field path the schema provably forbids (closed ``properties``); stop at
-    anything the check cannot follow ($ref, combinators)."""
-    node: Any = schema
-    for depth, part in enumerate(parts):
-        if not isinstance(node, Mapping) or node.get("additionalProperties") is not False:
-            return
-        properties = node.get("properties")
-        if not isinstance(properties, Mapping) or any(
-            key in node for key in ("$ref", "allOf", "anyOf", "oneOf", "patternProperties")
-        ):
-            return
-        if part not in properties:
-            dotted = ".".join(parts[: depth + 1])
-            problems.append(
-                Problem(
-                    where,
-                    f"expected a field of the {what} schema ({', '.join(properties)}), "
-                    f"got {json.dumps(dotted)}",
-                )
-            )
-            return
-        node = properties[part]
 
 
 def _context_source(
@@ -508,92 +570,3 @@ def _context_source(
             args=MappingProxyType(dict(entry.get("args", {}))),
         )
     return ContextSource(name=name, kind="value", value=entry["value"])
-
-
-def definition_files(directory: Path | str) -> list[Path]:
-    """The ``*.yaml`` and ``*.yml`` files directly in ``directory``, sorted by name.
-
-    ConfigurationError (not DefinitionError) when the directory does not exist.
-    """
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise ConfigurationError(
-            f"{directory}: no such directory (expected a directory of instruction definitions)"
-        )
-    try:
-        entries = list(directory.iterdir())
-    except OSError as exc:
-        raise ConfigurationError(f"{directory}: cannot list: {exc.strerror or exc}") from exc
-    return sorted(
-        entry
-        for entry in entries
-        if entry.suffix in (".yaml", ".yml") and not entry.name.startswith(".") and entry.is_file()
-    )
-
-
-def load_instructions(directory: Path | str) -> list[Instruction]:
-    """Every definition in ``directory``; the first broken one raises DefinitionError,
-    and so does an id used twice."""
-    instructions: list[Instruction] = []
-    seen: dict[str, Path] = {}
-    for path in definition_files(directory):
-        instruction = load_instruction(path)
-        duplicate_id_check(instruction, seen)
-        instructions.append(instruction)
-    return instructions
-
-
-def duplicate_id_check(instruction: Instruction, seen: dict[str, Path]) -> None:
-    """Raise DefinitionError when another definition in ``seen`` has the same id; else
-    record this one."""
-    if instruction.id in seen:
-        source = str(instruction.source)
-        raise DefinitionError(
-            f"{source}: id: expected an id no other definition uses, got "
-            f"{json.dumps(instruction.id)}, which {seen[instruction.id]} uses too",
-            source=source,
-            paths=("id",),
-        )
-    seen[instruction.id] = instruction.source
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class CheckedInstruction:
-    """What ``check`` found: the definition, the context callables it ran (``--resolve``)
-    or did not run, and why the prompt could not be rendered without them (or None)."""
-
-    instruction: Instruction
-    ran: tuple[ContextSource, ...] = ()
-    not_run: tuple[ContextSource, ...] = ()
-    unrendered: str | None = None
-
-
-def check_instruction(path: Path | str, *, resolve: bool = False) -> CheckedInstruction:
-    """What a run does before calling the model, short of running code: load the
-    definition, read its context files and allow-lists, render its prompt (within the
-    render limits). DefinitionError on the first problem.
-
-    Context callables are neither imported nor called: their values are placeholders
-    in the render and allow-lists from them are skipped. With ``resolve`` they are
-    imported and run, as a run does. Callable sinks are never imported here.
-    """
-    instruction = load_instruction(path)
-    callables = tuple(
-        source for source in instruction.context.values() if source.kind == "callable"
-    )
-    if resolve:
-        context = resolve_context(instruction)
-        resolve_allow_lists(instruction, context)
-        render_prompt(instruction, context)
-        return CheckedInstruction(instruction=instruction, ran=callables)
-    context = resolve_context(instruction, run_callables=False)
-    names = {source.name for source in callables}
-    resolve_allow_lists(instruction, context, unresolved=names)
-    for source in callables:
-        assert source.callable is not None
-        context[source.name] = placeholder(source.name, source.callable)
-    return CheckedInstruction(
-        instruction=instruction,
-        not_run=callables,
-        unrendered=preview_prompt(instruction, context),
-    )

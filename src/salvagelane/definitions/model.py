@@ -90,7 +90,7 @@ class OutputSpec:
     envelope_schema_path: Path
     item_schema_path: Path
     items_path: tuple[str, ...]
-    rank_key: str
+    rank_key: str | None  # None: the first max_items are kept, in the model's order
     envelope_schema: ItemSchema
     item_schema: ItemSchema
     framing: Framing = Framing.AUTO

@@ -13,7 +13,6 @@ from salvagelane.errors import DefinitionError
 if TYPE_CHECKING:
     from salvagelane.definitions.model import Instruction
 
-_MAX_PROBLEMS = 3  # problems spelled out in one message
 _RECEIVED_CHARS = 80
 
 
@@ -50,27 +49,29 @@ def raise_problems(
     problems: Sequence[Problem],
     lines: Mapping[PathParts, int] | None = None,
 ) -> None:
+    """DefinitionError listing every one of ``problems`` (none: nothing happens). Every
+    one is spelled out: fixing a definition one message at a time is what ``check``
+    is there to spare."""
     if not problems:
         return
     shown = []
-    for problem in problems[:_MAX_PROBLEMS]:
-        line = _line_of(lines or {}, problem.path)
+    for problem in problems:
+        line = line_of(lines or {}, problem.path)
         where = f" (line {line})" if line else ""
         shown.append(f"{format_path(problem.path)}: {one_line(problem.message)}{where}")
-    if len(problems) > _MAX_PROBLEMS:
-        shown.append(f"and {len(problems) - _MAX_PROBLEMS} more")
     raise DefinitionError(
         f"{source}: " + "; ".join(shown),
         source=source,
         paths=tuple(format_path(p.path) for p in problems),
+        problems=tuple(shown),
     )
 
 
 def in_document_order(problems: list[Problem], lines: Mapping[PathParts, int]) -> list[Problem]:
-    return sorted(problems, key=lambda problem: _line_of(lines, problem.path) or 0)
+    return sorted(problems, key=lambda problem: line_of(lines, problem.path) or 0)
 
 
-def _line_of(lines: Mapping[PathParts, int], path: PathParts) -> int | None:
+def line_of(lines: Mapping[PathParts, int], path: PathParts) -> int | None:
     while True:
         if path in lines:
             return lines[path]
@@ -105,8 +106,7 @@ def quoted(values: Iterable[Any]) -> str:
 
 def fail(instruction: Instruction, path: PathParts, message: str) -> DefinitionError:
     source = str(instruction.source)
+    shown = f"{format_path(path)}: {one_line(message)}"
     return DefinitionError(
-        f"{source}: {format_path(path)}: {one_line(message)}",
-        source=source,
-        paths=(format_path(path),),
+        f"{source}: {shown}", source=source, paths=(format_path(path),), problems=(shown,)
     )

@@ -134,7 +134,11 @@ def output_contract(instruction: Instruction) -> str:
         ]
     lines += [
         item_schema,
-        f'Emit at most {cap} items, ranked by "{output.rank_key}", smallest first.',
+        (
+            f'Emit at most {cap} items, ranked by "{output.rank_key}", smallest first.'
+            if output.rank_key
+            else f"Emit at most {cap} items, most important first."
+        ),
         UNCERTAINTY_SENTENCE,
     ]
     return "\n".join(lines)

@@ -27,6 +27,11 @@ def _instruction_schema_path() -> Path:
     return Path(__file__).resolve().parents[3] / "schemas" / "instruction.schema.json"
 
 
+def instruction_schema() -> Mapping[str, Any]:
+    """The instruction schema, as loaded (shared: never change it)."""
+    return _instruction_schema()[0]
+
+
 @cache
 def _instruction_schema() -> tuple[Mapping[str, Any], jsonschema.Draft202012Validator]:
     path = _instruction_schema_path()

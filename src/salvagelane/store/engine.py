@@ -27,6 +27,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from salvagelane.errors import (
     DatabaseOpenError,
     DatabaseUrlError,
+    MissingExtraError,
     OutdatedDatabaseError,
     StoreError,
     not_utf8,
@@ -178,6 +179,19 @@ def describe(exc: BaseException, url: str | URL | None = None) -> str:
     return first
 
 
+def require_postgres_driver(url: str | URL) -> None:
+    """MissingExtraError unless PostgreSQL's driver (psycopg, the ``postgres`` extra) is
+    installed: SQLAlchemy imports it only when an engine for ``url`` is made, and its
+    ImportError would name neither the extra nor the database."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"{masked_url(url)}: a PostgreSQL database needs its driver (psycopg)",
+            extra="postgres",
+        ) from exc
+
+
 def make_engine(
     url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT, read_only: bool = False
 ) -> Engine:
@@ -197,6 +211,7 @@ def make_engine(
     with store_errors(url, "create engine"):
         parsed = sa.make_url(url)
         if parsed.get_backend_name() == "postgresql":
+            require_postgres_driver(parsed)
             connect_args: dict[str, Any] = {}
             if read_only:
                 # Set by the server for the whole session, so no transaction of this engine

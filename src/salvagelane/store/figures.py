@@ -37,7 +37,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from salvagelane.core.records import Reason
+from salvagelane.core.records import reason_ordered
 from salvagelane.store.models import (
     AttemptRow,
     QuarantinedItemRow,
@@ -49,8 +49,6 @@ from salvagelane.vocabulary import ItemOrigin, OutputCut, ReviewStatus, RunStatu
 
 HELD_BACK = (ReviewStatus.PENDING, ReviewStatus.REJECTED)
 """Review states of a quarantined item of the chosen attempt that keep it out of the report."""
-
-_REASON_ORDER = {reason.value: position for position, reason in enumerate(Reason)}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -194,9 +192,7 @@ def figures_of(session: Session, runs: Sequence[RunRow]) -> dict[str, RunFigures
             kept=kept_total,
             operator_approved=kept_total - by_model,
             quarantined=quarantined,
-            quarantined_by_reason=dict(
-                sorted(held.items(), key=lambda kv: (_REASON_ORDER.get(kv[0], 99), kv[0]))
-            ),
+            quarantined_by_reason=reason_ordered(held),
             folded=sum(folded.values()),
             folded_by_reason=folded,
             candidates=candidates,

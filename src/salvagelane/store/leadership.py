@@ -31,7 +31,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from salvagelane.errors import DatabaseOpenError, ServeLockedError, StoreError
-from salvagelane.store.engine import database_url, describe, masked_url
+from salvagelane.store.engine import (
+    database_url,
+    describe,
+    masked_url,
+    require_postgres_driver,
+)
 
 LOCK_NAME = "salvagelane.scheduler"
 SCHEDULER_LOCK_KEY = -5222849904921373575
@@ -114,6 +119,8 @@ class PostgresLeaderLock(_HeldWhileInside):
         normalised = database_url(url)
         if sa.make_url(normalised).get_backend_name() != "postgresql":
             raise StoreError(f"{masked_url(normalised)}: not a PostgreSQL database")
+        # Before a serve starts anything: its engine is made only when it tries to lead.
+        require_postgres_driver(normalised)
         self._url = normalised
         self.key = key
         self._engine: Engine | None = None

@@ -32,7 +32,8 @@ def bind(host: str, port: int) -> socket.socket:
 class _Server(uvicorn.Server):
     """uvicorn's server, whose stop signals end it with exit 0 as they end ``serve``:
     uvicorn raises a caught SIGINT or SIGTERM again once it has shut down (exit 130, or
-    death by the signal), which the README's exit codes keep for an interrupted command."""
+    death by the signal), which the exit codes (docs/reference/cli.md) keep for an
+    interrupted command."""
 
     def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None]) -> None:
         super().__init__(config)
