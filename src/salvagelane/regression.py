@@ -73,6 +73,7 @@ from salvagelane.connectors.replay import (
 )
 from salvagelane.core import SalvagePolicy, salvage
 from salvagelane.core.canonical import canonical_sha256
+from salvagelane.core.numbering import item_label
 from salvagelane.core.outcome import (
     Difference,
     ItemOutcome,
@@ -710,7 +711,9 @@ def _stored_outcome(detail: RunDetail, attempt: AttemptView) -> Outcome | None:
             index=item.source_index,
             sha256=canonical_sha256(item.data),
             data=item.data,
-            repairs=repairs_from_json(item.repairs or [], f"report item {item.position}"),
+            repairs=repairs_from_json(
+                item.repairs or [], f"the stored repairs of {item_label(item.source_index)}"
+            ),
         )
         for item in sorted(report.items, key=lambda item: item.position)
         if item.origin == ItemOrigin.MODEL and item.source_index is not None

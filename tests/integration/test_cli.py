@@ -196,7 +196,7 @@ def test_bytes_that_are_not_utf8_are_named_as_bytes_with_their_offset(tmp_path: 
     assert summary.returncode == 0, summary.stderr
     text = summary.stdout.decode()
     assert (
-        "item 0: malformed at $.t: expected a string of valid UTF-8, "
+        "item 1: malformed at $.t: expected a string of valid UTF-8, "
         "received byte 0xE9 at offset 20"
     ) in text
     assert "surrogate" not in text.lower()

@@ -71,12 +71,13 @@ def test_list_is_newest_first_and_show_marks_the_span(
 
     assert table.returncode == 0, table.stderr
     header, *rows = table.stdout.splitlines()
-    assert header.split()[:8] == [
-        "ID", "CREATED", "(UTC)", "INSTRUCTION", "RUN", "REASON", "STATUS", "ERROR",
+    assert header.split()[:9] == [
+        "ID", "CREATED", "(UTC)", "INSTRUCTION", "RUN", "ITEM", "REASON", "STATUS", "ERROR",
     ]  # fmt: skip
-    assert [row.split()[4:6] for row in rows] == [
-        [schema_run[:8], "schema"],
-        [truncated_run[:8], "truncated"],
+    # ITEM numbers the output's items from 1, as every text does (ADR 0018).
+    assert [row.split()[4:7] for row in rows] == [
+        [schema_run[:8], "2", "schema"],
+        [truncated_run[:8], "8", "truncated"],
     ]
     assert "schema at $.action: expected one of" in rows[0]
     items = listed(database)
@@ -137,45 +138,42 @@ def test_approve_checks_the_guardrails_and_audits_every_attempt(
     assert wrong_list.returncode == 1
     assert "reason    allow_list" in wrong_list.stderr
     assert "path      $.candidate" in wrong_list.stderr
-    # A correct 8th item still breaks the instruction's max_items (7): the report already
-    # holds 7, and an operator's item never displaces a kept one.
-    too_many = approve(EIGHTH)
-    assert too_many.returncode == 1
-    assert "reason    over_limit" in too_many.stderr
-    assert "expected  at most 7 items in the report" in too_many.stderr
-    report = report_of(database, run_id)
-    assert (len(report["items"]), report["partial"], report["counts"]["accepted"]) == (7, True, 7)
-    assert listed(database)[0]["review_status"] == "pending"
-
-    # With max_items raised to 8 in a copy of the definition, the run's own version
-    # (stored with it) still decides...
+    # With max_items lowered to 7 in a copy of the definition and --use-current, a correct
+    # 8th item breaks it: the report already holds 7, and an operator's item never
+    # displaces a kept one.
     shutil.copytree(ROOT / "instructions", tmp_path / "instructions")
     shutil.copytree(ROOT / "schemas", tmp_path / "schemas")
     definition = tmp_path / "instructions" / "daily-triage.yaml"
     text = definition.read_text(encoding="utf-8")
-    definition.write_text(text.replace("max_items: 7", "max_items: 8"), encoding="utf-8")
+    assert "  max_items: 8\n" in text
+    definition.write_text(text.replace("max_items: 8", "max_items: 7"), encoding="utf-8")
     instructions = ("--instructions", str(tmp_path / "instructions"), "--note", "re-typed")
-    still_seven = approve(EIGHTH, *instructions)
-    assert still_seven.returncode == 1
-    assert "expected  at most 7 items in the report" in still_seven.stderr
+    too_many = approve(EIGHTH, *instructions, "--use-current")
+    assert too_many.returncode == 1
+    assert "reason    over_limit" in too_many.stderr
+    assert "expected  at most 7 items in the report" in too_many.stderr
+    assert too_many.stderr.startswith(
+        f"note: using the current definition of daily-triage ({definition}), not the version "
+        f"run {run_id[:8]} was made with (stored "
+    )
+    report = report_of(database, run_id)
+    assert (len(report["items"]), report["partial"], report["counts"]["accepted"]) == (7, True, 7)
+    assert listed(database)[0]["review_status"] == "pending"
 
-    # ... and with --use-current the edited one does: the same item passes.
-    approved = approve(EIGHTH, *instructions, "--use-current")
+    # Without --use-current the run's own version (stored with it, max_items 8) decides,
+    # whatever --instructions holds: the same item passes.
+    approved = approve(EIGHTH, *instructions)
 
     assert approved.returncode == 0, approved.stderr
+    assert approved.stderr == ""
     # Nothing is held back any more, but the model's output was cut off: the run and its
     # report stay partial, and every view says so.
     assert approved.stdout == (
-        f"approved #{qid}: added as item 8 of the report of run {run_id[:8]}\n"
+        f"approved #{qid}: added to the report of run {run_id[:8]} (8 items now)\n"
         f"run {run_id[:8]}: partial, kept 8 of 8 candidates, quarantined 0; the model's "
         "output was cut off (truncated): no review makes it ok; 1 item approved by an "
         "operator (origin operator)\n"
     )
-    assert approved.stderr.startswith(
-        f"note: using the current definition of daily-triage ({definition}), not the version "
-        f"run {run_id[:8]} was made with (stored "
-    )
-    assert approved.stderr.endswith("): daily-triage.yaml changed (guardrails)\n")
     report = report_of(database, run_id)
     assert [item["origin"] for item in report["items"]] == ["model"] * 7 + ["operator"]
     assert report["items"][-1]["data"] == EIGHTH
@@ -195,11 +193,10 @@ def test_approve_checks_the_guardrails_and_audits_every_attempt(
         ("approve_refused", "schema"),
         ("approve_refused", "allow_list"),
         ("approve_refused", "over_limit"),
-        ("approve_refused", "over_limit"),
         ("approve", None),
     ]
     shown = salvagelane("quarantine", "show", qid, database=database).stdout
-    assert "audit trail (5)" in shown
+    assert "audit trail (4)" in shown
     assert "approve         by alice: re-typed" in shown
 
     again = approve(EIGHTH, *instructions, "--use-current")
@@ -325,7 +322,7 @@ def test_export_writes_the_fixture_of_the_items_run_and_replay_reproduces_it(
 
     assert exported.returncode == 0, exported.stderr
     assert f"run          {run_id}, attempt 1" in exported.stdout
-    assert f"item         #{item['id']}: truncated at index 7" in exported.stdout
+    assert f"quarantined  #{item['id']} (item 8 of the output): truncated" in exported.stdout
     assert (to / "raw.txt").read_bytes() == (FIXTURE / "raw.txt").read_bytes()
     replayed = salvagelane("replay", str(to), database=database)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr

@@ -61,7 +61,7 @@ def test_runs_show_explains_the_report_and_the_quarantine(database_url: str) -> 
     assert "report       partial: 7 of 8 candidates kept, 1 quarantined;" in text
     assert "the model's output was cut off (truncated): no review makes it ok" in text
     assert "quarantine lane (1 item, 1 held back)" in text
-    assert "item 7 of attempt 1: truncated [pending]" in text
+    assert "item 8 of attempt 1: truncated [pending]" in text
     assert "span 4953-5269" in text
 
     as_json = json.loads(salvagelane("runs", "show", run_id, "--json", database=database).stdout)

@@ -27,13 +27,12 @@ EIGHTH = dict(COMPLETE["recommendations"][7], rank=8)
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """The bundled definitions with max_items raised to 8 (so the truncated fixture's
-    cut item can be approved), and a fixture whose 2nd of 3 items has a bad action."""
+    """The bundled definitions (their max_items of 8 leaves room for the truncated
+    fixture's cut item, so it can be approved), and a fixture whose 2nd of 3 items has a
+    bad action."""
     shutil.copytree(ROOT / "instructions", tmp_path / "instructions")
     shutil.copytree(ROOT / "schemas", tmp_path / "schemas")
-    definition = tmp_path / "instructions" / "daily-triage.yaml"
-    text = definition.read_text(encoding="utf-8")
-    definition.write_text(text.replace("max_items: 7", "max_items: 8"), encoding="utf-8")
+    assert "  max_items: 8\n" in (tmp_path / "instructions" / "daily-triage.yaml").read_text()
     items = [dict(item, rank=rank) for rank, item in enumerate(COMPLETE["recommendations"][:3], 1)]
     items[1]["action"] = "panic"
     fixture = tmp_path / "schema-reject"

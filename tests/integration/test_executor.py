@@ -160,9 +160,9 @@ def test_nothing_salvaged_is_retried_with_a_correction_and_the_better_attempt_wi
     correction = asked(provider, 1)
     original = asked(provider, 0)
     assert correction.startswith(original.rstrip())
-    assert "item 0, allow_list at $.candidate" in correction
-    assert "item 1, schema at $.confidence: expected" in correction
-    assert "item 2, schema at $" in correction
+    assert "item 1, allow_list at $.candidate" in correction
+    assert "item 2, schema at $.confidence: expected" in correction
+    assert "item 3, schema at $" in correction
     assert "made-up-workstream" in correction  # the received value, for the model to fix
     detail = store.get_run(outcome.run_id)
     assert [a.number for a in detail.attempts] == [1, 2]
@@ -184,7 +184,8 @@ def test_truncation_grows_the_token_budget_up_to_the_ceiling(
     instruction = project.instruction(
         **{
             "attempts: 2\n": "attempts: 3\n  length_budget_factor: 3\n"
-            "  max_output_tokens_ceiling: 10000\n"
+            "  max_output_tokens_ceiling: 10000\n",
+            "on: [nothing_salvaged]": "on: [nothing_salvaged, truncated]",
         },
     )
     cut = report(items(5))[:1500]
@@ -198,10 +199,15 @@ def test_truncation_grows_the_token_budget_up_to_the_ceiling(
 def test_a_truncated_report_that_filled_the_cap_is_not_retried(
     project: Project, store: Store
 ) -> None:
-    instruction = project.instruction()
-    assert instruction.retry.attempts == 2
-    outcome = replay_executor(store).run(instruction)
-    assert outcome.attempts == 1
+    # The bundled definition keeps a cut-off answer without asking again.
+    assert replay_executor(store).run(project.instruction()).attempts == 1
+    # Asked to retry truncated answers, under the cap of 8 the cut-off 8th is missing...
+    asked = project.instruction(**{"on: [nothing_salvaged]": "on: [nothing_salvaged, truncated]"})
+    assert replay_executor(store).run(asked).attempts == 2
+    # ... but the fixture's 7 complete items fill a cap of 7: nothing a retry could win back.
+    filled = project.instruction(**{"max_items: 8": "max_items: 7"})
+    assert filled.retry.attempts == 2
+    assert replay_executor(store).run(filled).attempts == 1
 
 
 def test_a_refused_call_fails_the_run_with_the_error_and_no_report(
@@ -210,9 +216,7 @@ def test_a_refused_call_fails_the_run_with_the_error_and_no_report(
     provider: ScriptedServer,
     connector_for: Callable[[Instruction], Connector],
 ) -> None:
-    instruction = project.instruction(
-        **{"on: [nothing_salvaged, truncated]": "on: [provider_error]"}
-    )
+    instruction = project.instruction(**{"on: [nothing_salvaged]": "on: [provider_error]"})
     provider.script.append(
         answer(401, {"error": {"message": f"bad key {SECRET}", "code": "invalid_api_key"}})
     )
@@ -237,9 +241,7 @@ def test_an_error_inside_a_successful_response_is_retried_when_asked(
     provider: ScriptedServer,
     connector_for: Callable[[Instruction], Connector],
 ) -> None:
-    instruction = project.instruction(
-        **{"on: [nothing_salvaged, truncated]": "on: [provider_error]"}
-    )
+    instruction = project.instruction(**{"on: [nothing_salvaged]": "on: [provider_error]"})
     upstream = answer(200, {"error": {"message": "upstream model crashed", "code": 502}})
     provider.script.extend([upstream, chat(report(items(2)))])
     outcome = Executor(store, connector_for=connector_for).run(instruction)

@@ -73,8 +73,9 @@ def make_project(root: Path, database: str, backend: str) -> Project:
     definition = root / "instructions" / "daily-triage.yaml"
     text = definition.read_text(encoding="utf-8")
     sink = f"\nsinks:\n  - kind: json_file\n    path: {root}/out/report.json\nretry:\n"
-    # max_items 8: the truncated fixture's cut item can then be approved (7 are kept).
-    text = text.replace("max_items: 7", "max_items: 8").replace("\nretry:\n", sink)
+    # The bundled max_items of 8 leaves room for the truncated fixture's cut item (7 kept).
+    assert "  max_items: 8\n" in text
+    text = text.replace("\nretry:\n", sink)
     definition.write_text(text, encoding="utf-8")
     fixtures = root / "fixtures"
     shutil.copytree(FIXTURE, fixtures / "truncated")

@@ -44,10 +44,10 @@ def test_fixture_replays_to_its_recorded_outcome(fixture: Path) -> None:
     ("tamper", "message"),
     [
         (lambda d: d.update(status="ok"), "status changed: ok -> partial"),
-        (lambda d: d["items"].pop(), "item 6 gained: was not a candidate, now accepted"),
+        (lambda d: d["items"].pop(), "item 7 gained: was not a candidate, now accepted"),
         (
             lambda d: d["quarantined"][0].update(reason="schema"),
-            "item 7 reason changed: schema -> truncated",
+            "item 8 reason changed: schema -> truncated",
         ),
         (lambda d: d["items"][0]["data"].update(rank=9), "items[0].sha256: expected"),
     ],

@@ -28,14 +28,15 @@ def stored_run(database: str, env: dict[str, str] | None = None) -> str:
 
 
 def lowered_max_items(tmp_path: Path) -> Path:
-    """A copy of the bundled definitions keeping one item fewer than the bundled one."""
+    """A copy of the bundled definitions keeping 6 items: one fewer than the 7 complete
+    ones of the truncated fixture, so its 7th is lost to over_limit."""
     copy = tmp_path / "definitions"
     shutil.copytree(ROOT / "instructions", copy / "instructions")
     shutil.copytree(ROOT / "schemas", copy / "schemas")
     definition = copy / "instructions" / "daily-triage.yaml"
     text = definition.read_text(encoding="utf-8")
-    assert "  max_items: 7\n" in text
-    definition.write_text(text.replace("  max_items: 7\n", "  max_items: 6\n"), encoding="utf-8")
+    assert "  max_items: 8\n" in text
+    definition.write_text(text.replace("  max_items: 8\n", "  max_items: 6\n"), encoding="utf-8")
     return copy / "instructions"
 
 
@@ -50,7 +51,8 @@ def test_capture_replay_round_trip_and_a_changed_definition(
     )
     assert captured.returncode == 0, captured.stderr
     assert f"run          {run_id}, attempt 1" in captured.stdout
-    assert "expected     partial: 7 item(s) kept, 1 quarantined (truncated)" in captured.stdout
+    expected = "expected     partial: 7 item(s) kept, 1 quarantined (item 8: truncated)"
+    assert expected in captured.stdout
     assert (fixture / "raw.txt").read_bytes() == (FIXTURE / "raw.txt").read_bytes()
     meta = json.loads((fixture / "meta.json").read_text(encoding="utf-8"))
     assert meta["instruction"] == "daily-triage"
@@ -115,7 +117,7 @@ def test_capture_replay_round_trip_and_a_changed_definition(
             "index": 6,
             "expected": "accepted",
             "actual": "quarantined: over_limit",
-            "message": "item 6 lost: was accepted, now quarantined: over_limit",
+            "message": "item 7 lost: was accepted, now quarantined: over_limit",
         }
     ]
 
@@ -124,7 +126,7 @@ def test_capture_replay_round_trip_and_a_changed_definition(
         database=database_url,
     )  # fmt: skip
     assert updated.returncode == 0, updated.stdout + updated.stderr
-    assert "item 6 lost: was accepted, now quarantined: over_limit" in updated.stdout
+    assert "item 7 lost: was accepted, now quarantined: over_limit" in updated.stdout
     assert "expected.json rewritten" in updated.stdout
     assert "note: using the current definition of daily-triage" in updated.stdout
     passes = salvagelane(
@@ -136,7 +138,7 @@ def test_capture_replay_round_trip_and_a_changed_definition(
     # ... and the bundled definition now keeps one item more than recorded.
     gained = salvagelane("replay", str(fixture), "--use-current", database=database_url)
     assert gained.returncode == 1
-    assert "item 6 gained: was quarantined: over_limit, now accepted" in gained.stdout
+    assert "item 7 gained: was quarantined: over_limit, now accepted" in gained.stdout
 
 
 def test_capture_never_writes_a_secret(database_url: str, tmp_path: Path) -> None:

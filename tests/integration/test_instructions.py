@@ -73,7 +73,7 @@ def test_bundled_definition_loads_with_every_section() -> None:
     assert instruction.output.items_path == ("recommendations",)
     assert instruction.output.rank_key == "rank"
     assert instruction.output.item_schema_path == ROOT / "schemas" / "daily-triage-item.schema.json"
-    assert instruction.guardrails.max_items == 7
+    assert instruction.guardrails.max_items == 8
     assert instruction.guardrails.allow_lists == (
         AllowListSource(field="candidate", context="workstreams"),
     )
@@ -83,7 +83,7 @@ def test_bundled_definition_loads_with_every_section() -> None:
     }
     # `on:` is a YAML 1.1 boolean to a plain safe_load; here it stays the key "on".
     assert instruction.retry.attempts == 2
-    assert instruction.retry.on == (RetryOn.NOTHING_SALVAGED, RetryOn.TRUNCATED)
+    assert instruction.retry.on == (RetryOn.NOTHING_SALVAGED,)
 
 
 def test_bundled_definition_hash_is_over_its_canonical_json(
@@ -112,7 +112,7 @@ def test_bundled_prompt_renders_with_the_output_contract() -> None:
     instruction = load_instruction(BUNDLED)
     context = resolve_context(instruction)
     prompt = render_prompt(instruction, context)
-    assert "Emit at most 7 items" in prompt.system
+    assert "Emit at most 8 items" in prompt.system
     assert prompt.system.rstrip().endswith(UNCERTAINTY_SENTENCE)
     assert UNCERTAINTY_SENTENCE == "If uncertain, emit fewer well-formed items rather than more."
     item_schema = json.dumps(dict(instruction.output.item_schema.schema), indent=2)
@@ -336,7 +336,7 @@ BROKEN = [
     ),
     Broken(
         "unknown-retry-condition",
-        "on: [nothing_salvaged, truncated]",
+        "on: [nothing_salvaged]",
         "on: [nothing_salvaged, timeout]",
         "retry.on[1]",
         (

@@ -62,7 +62,7 @@ def test_salvage_repair_lossless_accepts_the_item_and_records_the_repairs() -> N
     summary = _salvage(raw, "--repair", "lossless", "--summary")
     assert "accepted     3 of 3 candidates (1 repaired losslessly)" in summary.stdout
     assert (
-        f"  item 1: trailing_comma at offset {commas[0]}, trailing_comma at offset {commas[1]}"
+        f"  item 2: trailing_comma at offset {commas[0]}, trailing_comma at offset {commas[1]}"
         in summary.stdout
     )
 

@@ -41,7 +41,7 @@ __all__ = ["provider", "store"]
 
 FIRE = datetime(2026, 11, 23, 5, 20, tzinfo=UTC)
 WITH_PROVIDER_RETRY = {
-    "on: [nothing_salvaged, truncated]": "on: [nothing_salvaged, truncated, provider_error]"
+    "on: [nothing_salvaged]": "on: [nothing_salvaged, truncated, provider_error]"
 }
 
 

@@ -113,7 +113,7 @@ def test_approve_uses_the_runs_definition_from_anywhere_and_after_an_edit(
 
     assert stored.returncode == 0, stored.stdout + stored.stderr
     assert stored.stderr == ""
-    assert stored.stdout.startswith("approved #1: added as item 3 of the report of run ")
+    assert stored.stdout.startswith("approved #1: added to the report of run ")
     shown = json.loads(salvagelane("quarantine", "show", "1", "--json", database=database).stdout)
     audit = shown["reviews"][-1]["after"]
     assert audit["definition_version"] == outcome["definition_version"]

@@ -446,7 +446,7 @@ def test_reloading_keeps_the_previous_version_of_a_broken_definition(project: Pa
     directory = project / "instructions"
     first = load_definitions(directory)
     original = first.instructions["daily-triage"]
-    edit(project, "max_items: 7", "max_items: seven")
+    edit(project, "max_items: 8", "max_items: eight")
 
     second = load_definitions(directory, first.instructions)
 

@@ -57,7 +57,7 @@ def test_openai_gets_a_strict_bundled_capped_hint_and_the_attempt_records_it(
     assert hint["strict"] is True
     assert_fits_openai(hint)
     assert all(ref.startswith("#/") for ref in schema_refs(hint["schema"]))
-    assert hint["schema"]["properties"]["recommendations"]["maxItems"] == 7
+    assert hint["schema"]["properties"]["recommendations"]["maxItems"] == 8  # max_items
     (attempt,) = store.get_run(outcome.run_id).attempts
     recorded = attempt.request["schema_hint"]
     assert (recorded["sent"], recorded["strict"], recorded["provider"]) == (True, True, "openai")

@@ -124,7 +124,7 @@ def test_try_with_the_bundled_sample_shows_what_run_replay_stores_and_touches_no
     assert "status       partial" in lines
     assert "kept         7 of 8 candidates" in lines
     assert "quarantined  1 (truncated 1)" in lines
-    assert "  candidate 8 of the output (index 7): truncated" in lines
+    assert "  item 8 of the output: truncated" in lines
     assert "deliveries (2), not sent" in lines
     assert f"  webhook    {provider.origin}/hook" in lines
     assert files_of(tmp_path) == before
@@ -148,7 +148,11 @@ def test_try_live_calls_the_model_once_and_says_what_a_run_would_do_next(
 ) -> None:
     project = Project.create(tmp_path / "project")
     project.edit(
-        {**aimed_at(provider, KEY_ENV), "structured_output: false": "structured_output: true"}
+        {
+            **aimed_at(provider, KEY_ENV),
+            "structured_output: false": "structured_output: true",
+            "on: [nothing_salvaged]": "on: [nothing_salvaged, truncated]",
+        }
     )
     with_sinks(project, provider)
     # Cut off after three recommendations (finish length) with one of them refused by the

@@ -118,7 +118,7 @@ def test_echoed_keys_reach_no_log_error_or_column(
         {
             "base_url: https://openrouter.ai/api/v1": f"base_url: http://127.0.0.1:{port}/v1",
             "api_key_env: OPENROUTER_API_KEY": f"api_key_env: {KEY_ENV}",
-            "attempts: 2\n  on: [nothing_salvaged, truncated]": (
+            "attempts: 2\n  on: [nothing_salvaged]": (
                 "attempts: 5\n  on: [nothing_salvaged, truncated, provider_error]"
             ),
         }

@@ -93,11 +93,11 @@ def test_correction_names_each_rejected_item_with_path_expected_and_received() -
     lines = text.splitlines()
     assert lines[0] == "Your previous answer could not be used as it was."
     assert any(
-        line.startswith("- item 1, schema at $.confidence: expected") and 'received "very"' in line
+        line.startswith("- item 2, schema at $.confidence: expected") and 'received "very"' in line
         for line in lines
     ), text
     assert (
-        "- item 2, schema at $.candidate: expected property 'candidate' (required), "
+        "- item 3, schema at $.candidate: expected property 'candidate' (required), "
         "received nothing" in lines
     )
     assert "(at most 7 items)" in lines[-1]
@@ -133,7 +133,7 @@ def test_received_values_are_shortened() -> None:
     text = correction_prompt(
         salvaged(report(triage_item(action=long))), finish_reason=FinishReason.STOP
     )
-    (line,) = [line for line in text.splitlines() if line.startswith("- item 0")]
+    (line,) = [line for line in text.splitlines() if line.startswith("- item 1")]
     assert "z" * 40 in line
     assert long not in line
     assert len(line.split("received ", 1)[1]) <= 80

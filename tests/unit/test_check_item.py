@@ -63,7 +63,7 @@ def test_the_item_count_counts_the_items_already_kept() -> None:
     assert isinstance(verdict, QuarantinedItem)
     assert verdict.reason is Reason.OVER_LIMIT
     assert verdict.error.expected == "at most 2 items in the report"
-    assert verdict.error.received == "item 3: the report already holds 2"
+    assert verdict.error.received == "3 items with this one: the report already holds 2"
 
 
 def test_the_byte_cap_applies() -> None:

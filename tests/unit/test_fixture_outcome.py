@@ -98,7 +98,7 @@ def variant(**changes: object) -> Outcome:
         ),
         pytest.param(
             variant(items=(item(1), item(0), item(2))),
-            [("order", None, "[0, 1, 2]", "[1, 0, 2]")],
+            [("order", None, "items [1, 2, 3]", "items [2, 1, 3]")],
             id="order changed",
         ),
         pytest.param(
@@ -117,7 +117,7 @@ def test_compare(
 
 def test_messages_say_what_changed_where() -> None:
     lost = Difference(kind="item_lost", index=6, expected="accepted", actual="quarantined: x")
-    assert lost.message == "item 6 lost: was accepted, now quarantined: x"
+    assert lost.message == "item 7 lost: was accepted, now quarantined: x"  # 1-based
     status = Difference(kind="status", expected="ok", actual="partial")
     assert status.message == "status changed: ok -> partial"
     whole = Difference(kind="reason_changed", index=None, expected="oversize", actual="x")

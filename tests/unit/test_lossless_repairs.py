@@ -316,7 +316,7 @@ def test_a_repaired_item_is_never_the_same_outcome_as_an_original_one() -> None:
     assert repaired.to_json()["items"][0]["repairs"] == [{"kind": "trailing_comma", "at": 8}]
     [difference] = compare(original, repaired)
     assert difference.kind is DifferenceKind.ITEM_REPAIRS
-    assert difference.message == "item 0 repairs changed: none (original) -> trailing_comma at 8"
+    assert difference.message == "item 1 repairs changed: none (original) -> trailing_comma at 8"
     assert compare(repaired, Outcome.from_json(repaired.to_json())) == []
     assert compare(repaired, outcome_of(run('[{"a":[1 ,]}]', accept_repairs=LOSSLESS)))
 

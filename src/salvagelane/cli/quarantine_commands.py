@@ -36,6 +36,7 @@ from salvagelane.cli.options import (
 from salvagelane.cli.render import captured_fixture, to_json, when
 from salvagelane.cli.tables import aligned
 from salvagelane.cli.wiring import open_store, require_known_instruction
+from salvagelane.core.numbering import item_number, place_in_output
 from salvagelane.safe_text import block, line, one_line
 from salvagelane.vocabulary import ReviewStatus
 
@@ -260,7 +261,9 @@ def quarantine_export_command(
         held = store.quarantine.get_quarantine(quarantine_id)
         captured = capture_run(store, held.run_id, held.attempt_number, to, force=force)
     click.echo(captured_fixture(captured))
-    click.echo(f"item         #{held.id}: {line(held.reason)} at index {held.source_index}")
+    click.echo(
+        f"quarantined  #{held.id} ({place_in_output(held.source_index)}): {line(held.reason)}"
+    )
 
 
 @quarantine_group.command("approve")
@@ -340,8 +343,9 @@ def quarantine_approve_command(
         click.echo(json.dumps(to_json(approval), indent=2, ensure_ascii=False))
         return
     click.echo(
-        f"approved #{approval.quarantine_id}: added as item {approval.position + 1} of the "
-        f"report of run {line(approval.run_id[:8])}"
+        # No report position here: "item N" names the N-th item of the output everywhere.
+        f"approved #{approval.quarantine_id}: added to the report of run "
+        f"{line(approval.run_id[:8])} ({approval.items} items now)"
     )
     click.echo(f"run {line(approval.run_id[:8])}: {render.figures_line(approval.run)}")
 
@@ -446,7 +450,9 @@ def quarantine_table(items: list[QuarantineView], where: QuarantineFilter | None
         if where is not None and where.review_status is not None:
             parts.insert(0, f"status {where.review_status}")
         return "no quarantined items " + (f"with {', '.join(parts)}" if parts else "match")
-    header = ("ID", "CREATED (UTC)", "INSTRUCTION", "RUN", "REASON", "STATUS", "ERROR", "SNIPPET")
+    header = (
+        "ID", "CREATED (UTC)", "INSTRUCTION", "RUN", "ITEM", "REASON", "STATUS", "ERROR", "SNIPPET",
+    )  # fmt: skip
     rows = [header]
     for item in items:
         rows.append(
@@ -455,6 +461,7 @@ def quarantine_table(items: list[QuarantineView], where: QuarantineFilter | None
                 when(item.created_at),
                 item.instruction_id,
                 item.run_id[:8],
+                "-" if item.source_index is None else str(item_number(item.source_index)),
                 item.reason,
                 item.review_status,
                 one_line(_message(item.error), _ERROR_WIDTH),
@@ -471,11 +478,6 @@ SPAN_OPEN, SPAN_CLOSE = "⟦", "⟧"
 def quarantine_detail(detail: QuarantineDetail) -> str:
     """``quarantine show``: the item, its context in the raw output, its review."""
     prov = detail.provenance
-    where = (
-        f"candidate {detail.source_index + 1} of the output (index {detail.source_index})"
-        if detail.source_index is not None
-        else "the whole output"
-    )
     # Everything here was written by a model, a provider or a reviewer: each value goes
     # through safe_text (line for one-line fields, block for the raw text and the repair).
     finish = line(str(prov.get("finish_reason") or "-"))
@@ -490,7 +492,8 @@ def quarantine_detail(detail: QuarantineDetail) -> str:
         f"attempt {detail.attempt_number}",
         f"model        {line(str(prov.get('model') or '-'))}, finish {finish}",
         f"schema       sha256 {line(str(prov.get('schema_sha256') or '-')[:12])}",
-        f"item         {where}, span {detail.span_start}-{detail.span_end}, "
+        f"source       {place_in_output(detail.source_index)}, "
+        f"span {detail.span_start}-{detail.span_end}, "
         f"sha256 {line((detail.sha256 or '-')[:12])}",
         f"created      {when(detail.created_at)}",
         "",

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from salvagelane.cli.tables import aligned
+from salvagelane.core.numbering import item_label
 from salvagelane.errors import NotFoundError
 from salvagelane.safe_text import line, one_line
 from salvagelane.vocabulary import OPEN_DELIVERY_STATUSES, DeliveryStatus, ItemOrigin, OutputCut
@@ -286,7 +287,7 @@ def run_detail(detail: RunDetail) -> str:
         f"quarantine lane ({_items(len(detail.quarantined))}, {detail.quarantined_count} held back)"
     )
     for held in detail.quarantined:
-        where = f"item {held.source_index}" if held.source_index is not None else "output"
+        where = item_label(held.source_index) if held.source_index is not None else "output"
         message = held.error.get("message") or held.error
         lines.append(
             f"  #{held.id} {where} of attempt {held.attempt_number}: {line(held.reason)} "
@@ -405,7 +406,13 @@ def captured_fixture(captured: CapturedFixture) -> str:
             f"record today's outcome with: salvagelane replay {line(str(captured.path))} --update"
         )
     else:
-        reasons = ", ".join(line(str(q.reason)) for q in expected.quarantined) or "none"
+        reasons = (
+            ", ".join(
+                f"{'output' if q.index is None else item_label(q.index)}: {line(str(q.reason))}"
+                for q in expected.quarantined
+            )
+            or "none"
+        )
         lines.append(
             f"expected     {line(str(expected.status))}: {len(expected.items)} item(s) kept, "
             f"{len(expected.quarantined)} quarantined ({reasons})"

@@ -15,6 +15,7 @@ from salvagelane.cli.options import (
     Command,
     count_range,
 )
+from salvagelane.core.numbering import item_label
 from salvagelane.core.records import DEFAULT_MAX_QUARANTINED
 from salvagelane.errors import (
     ConfigurationError,
@@ -483,10 +484,10 @@ def render_summary(result: SalvageResult) -> str:
     ]
     for kept in repaired:
         made = ", ".join(f"{line(r.kind)} at offset {r.at}" for r in kept.repairs)
-        lines.append(f"  item {kept.index}: {made}")
+        lines.append(f"  {item_label(kept.index)}: {made}")
     lines.append(f"quarantined  {counts['quarantined']} ({by_reason})")
     for item in result.quarantined:
-        where = f"item {item.index}" if item.index is not None else "output"
+        where = item_label(item.index) if item.index is not None else "output"
         lines.append(f"  {where}: {line(item.message)}")
         lines.append(
             f"    span {item.span.start}-{item.span.end}, sha256 {line(item.sha256[:12])}"

@@ -16,6 +16,7 @@ import click
 
 from salvagelane.cli.app import EXIT_INVALID
 from salvagelane.cli.options import Command, instructions_option, json_option, parse_fire_time
+from salvagelane.core.numbering import place_in_output
 from salvagelane.safe_text import block, line, one_line
 
 if TYPE_CHECKING:  # imported when a command runs: `--help` must not pay for them
@@ -245,12 +246,7 @@ def _salvage_lines(result: SalvageResult) -> list[str]:
             lines.append(f"      repaired: {repairs}")
     lines.append(f"quarantine lane ({result.quarantined_total})")
     for held in result.quarantined:
-        where = (
-            "the whole output"
-            if held.index is None
-            else f"candidate {held.index + 1} of the output (index {held.index})"
-        )
-        lines.append(f"  {where}: {line(str(held.reason))}")
+        lines.append(f"  {place_in_output(held.index)}: {line(str(held.reason))}")
         lines.append(f"      {one_line(held.message, _ITEM_WIDTH)}")
         lines.append(
             f"      offsets {held.span.start}-{held.span.end}, sha256 {line(held.sha256[:12])}: "

@@ -12,6 +12,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from salvagelane.core.finish import FinishReason
+from salvagelane.core.numbering import item_label
 from salvagelane.core.records import Reason, SalvageResult, Status
 
 _MAX_LISTED_ERRORS = 12
@@ -96,7 +97,7 @@ def correction_prompt(
             break
         if item.reason is Reason.OVER_LIMIT:
             continue
-        where = f"item {item.index}" if item.index is not None else "the output"
+        where = item_label(item.index) if item.index is not None else "the output"
         signal = item.error
         lines.append(
             f"- {where}, {item.reason} at {signal.path}: expected {signal.expected}, "

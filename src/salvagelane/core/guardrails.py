@@ -573,7 +573,8 @@ def check_item_count(kept: int, guardrails: Guardrails) -> Rejection | None:
             code=SignalCode.OVER_LIMIT,
             path="$",
             expected=f"at most {limit} items in the report",
-            received=f"item {kept + 1}: the report already holds {kept}",
+            # A count, not an item number: item numbers name items of the output.
+            received=f"{kept + 1} items with this one: the report already holds {kept}",
         ),
     )
 

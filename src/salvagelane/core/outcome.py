@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from salvagelane.core.canonical import canonical_sha256
+from salvagelane.core.numbering import item_label, item_number
 from salvagelane.core.records import (
     JSONValue,
     Repair,
@@ -189,8 +190,9 @@ class DifferenceKind(enum.StrEnum):
 class Difference:
     """One way an actual outcome differs from the expected one.
 
-    ``index`` is the candidate's source index where one is concerned; ``expected`` and
-    ``actual`` say what each side holds. ``kind`` may be given as its word.
+    ``index`` is the candidate's 0-based source index where one is concerned (the
+    ``message`` names it 1-based, as every text does); ``expected`` and ``actual`` say
+    what each side holds. ``kind`` may be given as its word.
     """
 
     kind: DifferenceKind
@@ -204,7 +206,7 @@ class Difference:
 
     @property
     def message(self) -> str:
-        where = "output" if self.index is None else f"item {self.index}"
+        where = "output" if self.index is None else item_label(self.index)
         match self.kind:
             case DifferenceKind.STATUS:
                 return f"status changed: {self.expected} -> {self.actual}"
@@ -379,7 +381,7 @@ def repairs_from_json(value: Any, where: str) -> tuple[Repair, ...]:
 
 
 def _indexes(indexes: Sequence[int]) -> str:
-    return "[" + ", ".join(str(i) for i in indexes) + "]"
+    return "items [" + ", ".join(str(item_number(i)) for i in indexes) + "]"
 
 
 def _counts(counts: Mapping[str, int]) -> str:

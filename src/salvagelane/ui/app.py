@@ -28,6 +28,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from salvagelane.core.numbering import item_number, place_in_output
 from salvagelane.core.records import Reason
 from salvagelane.errors import (
     ConflictError,
@@ -105,6 +106,8 @@ def templates() -> jinja2.Environment:
     env.filters["percent"] = views.percent
     env.filters["message"] = views.message_of
     env.filters["pretty"] = views.pretty
+    env.filters["item_number"] = item_number
+    env.filters["place_in_output"] = place_in_output
     return env
 
 
