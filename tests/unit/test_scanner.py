@@ -97,6 +97,28 @@ LAYOUT_CASES = [
     case("compact", _compact({"summary": "s", "items": TRIPLE}), TRIPLE, envelope={"summary": "s"}),
     case("one-item-per-line", _one_per_line(TRIPLE), TRIPLE, envelope={"summary": "s"}),
     case("empty-items-array", '{"items": []}', []),
+    # The closing fence ends the document its lost delimiters did not: it is framing,
+    # never a quarantined "item", and the output is not cut off.
+    case(
+        "fence-closes-a-list-whose-item-lost-its-brace",
+        '```json\n{"summary": "s", "items": [{"a": 1}, {"a": 2\n]}\n```\n',
+        [A1],
+        quarantined=[(1, M)],
+        envelope={"summary": "s"},
+        status=PARTIAL,
+    ),
+    case(
+        "fence-closes-a-list-and-report-never-closed",
+        '```json\n{"summary": "s", "items": [{"a": 1}, {"a": 2}\n```\nThat is all.\n',
+        [A1, A2],
+        envelope={"summary": "s"},
+    ),
+    case(
+        "fence-closes-a-report-whose-brace-was-lost",
+        '```json\n{"items": [{"a": 1}], "summary": "s"\n```\n',
+        [A1],
+        envelope={"summary": "s"},
+    ),
     case(
         "document-is-the-array-empty-path",
         'Result:\n```json\n[\n  {"a": 1},\n  {"a": 2}\n]\n```\nThanks [really].',

@@ -96,6 +96,8 @@ _VALUE_START = frozenset('{["-0123456789tfn')
 # which implementation of it runs.
 _ALWAYS_FAST = len(lexis.SHALLOW_CONTAINERS)
 _COMMA_SEPARATOR = re.compile(r"[ \t\n\r]*+,(?![ \t\n\r]*+[,\]])")
+# A code fence's closing line: framing around the document, never an item's text.
+_FENCE_LINE = re.compile(r"(?<![^\n])[ \t]*+```[^\n]*+(?:\n|\Z)")
 
 
 class _StringEnd(enum.StrEnum):
@@ -307,6 +309,8 @@ class _Scanner:
                 elif char == '"':
                     self._anomaly(AnomalyKind.MISSING_COMMA, pos, pos)
                     level.expect = _EXPECT_KEY
+                elif char == "`" and _FENCE_LINE.match(text, pos) is not None:
+                    return pos  # the fence closes the document where its braces did not
                 else:
                     self._break_last_field(level, fields, f"unexpected {char!r} after the value")
                     pos = self._resync_member(level, pos)
@@ -542,6 +546,13 @@ class _Scanner:
                     if separator is not None:  # the usual case, taken in one step
                         pos = separator.end()
                         expect_item = True
+            elif _FENCE_LINE.match(text, pos) is not None and not self._item_ahead(pos):
+                # The fence closes the document before the list was closed (a delimiter
+                # was lost inside it): the list ends here, the fence is not an item.
+                self._anomaly(AnomalyKind.UNCLOSED_ITEMS, pos, pos)
+                self.container = Span(start=start, end=_trim_end(text, start, pos))
+                self._first_list_end = min(self._first_list_end, self.container.end)
+                return pos
             else:
                 end = self._stray_end(pos)
                 self._add_stray(pos, end, "text between items that is not a JSON value")
