@@ -10,6 +10,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+from salvagelane.cli.init_commands import THEN
 from salvagelane.example_project import example_files
 from tests.support.cli import ROOT, clean_env, salvagelane
 
@@ -52,6 +53,7 @@ def test_init_writes_the_example_from_the_checkout(tmp_path: Path) -> None:
         "wrote 11 files in demo:",
         *(f"  {path}" for path in EXAMPLE),
         "next: cd demo && salvagelane run daily-triage --replay fixtures/daily-triage-truncated",
+        f"then: {THEN}",
     ]
 
 
@@ -88,9 +90,10 @@ def test_init_into_the_current_directory(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert _files(tmp_path) == EXAMPLE
     assert done.stdout.splitlines()[0] == f"wrote 11 files in {tmp_path.resolve()}:"
-    assert done.stdout.splitlines()[-1] == (
-        "next: salvagelane run daily-triage --replay fixtures/daily-triage-truncated"
-    )
+    assert done.stdout.splitlines()[-2:] == [
+        "next: salvagelane run daily-triage --replay fixtures/daily-triage-truncated",
+        f"then: {THEN}",
+    ]
 
 
 def test_init_never_overwrites(tmp_path: Path) -> None:

@@ -12,6 +12,10 @@ from salvagelane.cli.options import (
 
 FIXTURE = "fixtures/daily-triage-truncated"
 """The recorded output the quick start replays, relative to the project."""
+THEN = (
+    "salvagelane quarantine list (review what was held back); for a definition of your "
+    "own: salvagelane check, then salvagelane try ID --sample FILE (nothing is stored)"
+)
 
 
 @click.command("init", cls=Command)
@@ -50,3 +54,5 @@ def init_command(directory: Path) -> None:
     run = f"salvagelane run daily-triage --replay {FIXTURE}"
     change = "" if here else f"cd {line(shlex.quote(str(directory)))} && "
     click.echo(f"next: {change}{run}")
+    # The rest of the loop a newcomer walks (docs/guides/first-definition.md).
+    click.echo(f"then: {THEN}")
