@@ -133,6 +133,13 @@ def test_a_failed_run_by_hand_does_not_read_as_the_schedule_failing(
     assert "failed 0.0%" in proc.stdout
     assert "scheduled runs (--all: every trigger)" in proc.stdout
     assert "failed 33.3%" in every.stdout
+    # What still counts every trigger says so, next to the rates that do not: the strip
+    # shows the manual failure, and its quarantine and tokens are review load and spend.
+    lines = proc.stdout.splitlines()
+    [recent] = [text for text in lines if text.startswith("recent ")]
+    assert "ooF  (every trigger," in recent
+    assert "quarantined per day (every trigger: the review load)" in lines
+    assert "tokens per day, every trigger (prompt + completion = total)" in lines
 
 
 def test_an_approval_or_a_pending_item_makes_a_run_unclean(store: Store) -> None:

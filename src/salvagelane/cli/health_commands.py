@@ -140,8 +140,8 @@ def health_text(health: InstructionHealth) -> str:
     lines.append(f"streak       {clean}")
     strip = "".join(_STRIP.get(run.status, ".") for run in reversed(health.recent))
     lines.append(
-        f"recent       {strip or '-'}  (oldest to newest; o ok, p partial, F failed, "
-        "I interrupted, M missed)"
+        f"recent       {strip or '-'}  (every trigger, oldest to newest; o ok, p partial, "
+        "F failed, I interrupted, M missed)"
     )
     counted = "runs" if health.every_trigger else "scheduled runs (--all: every trigger)"
     lines.append(
@@ -159,12 +159,12 @@ def health_text(health: InstructionHealth) -> str:
     lines.append(f"finish       {_counts(health.finish_reasons)}")
     if health.queued_runs or health.queue_stalled:
         lines.append(f"queue        {_queue(health)}")
-    lines.append("quarantined per day")
+    lines.append("quarantined per day (every trigger: the review load)")
     for day, reasons in health.quarantined_by_day.items():
         lines.append(f"  {day}  {_counts(reasons)}")
     if not health.quarantined_by_day:
         lines.append("  none")
-    lines.append("tokens per day (prompt + completion = total)")
+    lines.append("tokens per day, every trigger (prompt + completion = total)")
     for day, usage in health.tokens_by_day.items():
         unreported = f", {usage.unreported} unreported" if usage.unreported else ""
         lines.append(
