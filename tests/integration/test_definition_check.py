@@ -91,6 +91,14 @@ def minimal(project: Path, base_url: str = "http://127.0.0.1:9/v1") -> Path:
 # --- Every problem, and the variables a definition names -------------------------------------
 
 
+def line_of(path: Path, text: str) -> int:
+    """The 1-based number of the line of ``path`` that holds ``text``."""
+    [number] = [
+        n for n, held in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if text in held
+    ]
+    return number
+
+
 def test_check_lists_four_problems_and_the_unset_key_variable(project: Path) -> None:
     """The issue's acceptance check: two problems the schema finds, two only the
     cross-checks find, and an unset key variable: all five reported, one line each."""
@@ -111,7 +119,8 @@ def test_check_lists_four_problems_and_the_unset_key_variable(project: Path) -> 
         'got "gpt" (line 18)',
         f"error  {source}: output.rank_key: expected a field of the item schema (rank, "
         'candidate, action, why, confidence, wsjf), got "rnak" (line 52)',
-        f"error  {source}: retry.attempts: expected an integer from 1 to 5, got 0 (line 73)",
+        f"error  {source}: retry.attempts: expected an integer from 1 to 5, got 0 "
+        f"(line {line_of(definition, 'attempts: 0')})",
         f"warning  {source}: connector.api_key_env: environment variable OPENROUTER_API_KEY is "
         "empty here: a run cannot call the model until it is set (line 21)",
     ]
