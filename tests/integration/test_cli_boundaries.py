@@ -1,5 +1,5 @@
 """Values of the wrong shape at the command line (issue 29.11) and a failed delivery in
-``run``'s exit status (issue 29.12), as real processes.
+``run``'s exit status (issue 29.12), through the real command line (in this process).
 
 Each refusal is exit 2 with one line on stderr, never a traceback, and stores nothing:
 dates whose conversion to UTC leaves the calendar, ``inf`` and ``nan`` seconds, ids and
@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tests.support.cli import FIXTURE, ROOT, salvagelane, upgraded
+from tests.support.cli import FIXTURE, ROOT, upgraded
+from tests.support.cli import salvagelane_here as salvagelane
 
 NOT_UTF8 = os.fsdecode(b"\xff")
 """The byte 0xFF as Python hands it over from argv (``\\udcff``): subprocess writes it

@@ -1,4 +1,5 @@
-"""``salvagelane quarantine`` as real processes, on SQLite and PostgreSQL.
+"""``salvagelane quarantine`` through the real command line (in this process), on SQLite and
+PostgreSQL.
 
 Runs come from the bundled truncated fixture (7 kept items, the 8th cut off and
 quarantined) and from a fixture written here whose 2nd recommendation has an action the
@@ -19,7 +20,17 @@ import pytest
 
 from salvagelane.store import Store
 from salvagelane.vocabulary import RunStatus, Trigger
-from tests.support.cli import EIGHTH, FIXTURE, ROOT, clean_env, command, salvagelane, upgraded
+from tests.support.cli import (
+    EIGHTH,
+    FIXTURE,
+    ROOT,
+    clean_env,
+    command,
+    upgraded,
+)
+from tests.support.cli import (
+    salvagelane_here as salvagelane,
+)
 from tests.support.history import seed
 
 COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))

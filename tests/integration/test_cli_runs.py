@@ -1,4 +1,5 @@
-"""``salvagelane run``, ``runs`` and ``db`` as real processes, on SQLite and PostgreSQL."""
+"""``salvagelane run``, ``runs`` and ``db`` through the real command line (in this process), on
+SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from salvagelane.store import head_revision
-from tests.support.cli import FIXTURE, ROOT, salvagelane, upgraded
+from tests.support.cli import FIXTURE, ROOT, upgraded
+from tests.support.cli import salvagelane_here as salvagelane
 from tests.support.postgres import PostgresDatabase
 
 

@@ -1,4 +1,5 @@
-"""One story per run, bounded refusals, no database that keeps nothing: as real processes.
+"""One story per run, bounded refusals, no database that keeps nothing: through the real command
+line (in this process).
 
 Regression tests of what users saw: counts that disagreed between views after an
 approval, a refused approval that stored its whole 50 MB payload, ``run --json`` and the
@@ -19,7 +20,8 @@ import sqlalchemy as sa
 
 from salvagelane.errors import DatabaseUrlError
 from salvagelane.store import database_url as normalise_url
-from tests.support.cli import FIXTURE, ROOT, salvagelane, upgraded
+from tests.support.cli import FIXTURE, ROOT, upgraded
+from tests.support.cli import salvagelane_here as salvagelane
 
 COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
 EIGHTH = dict(COMPLETE["recommendations"][7], rank=8)

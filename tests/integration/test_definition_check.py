@@ -26,7 +26,7 @@ from salvagelane.definitions import (
 )
 from salvagelane.definitions.fields import defaults, field_default, schema_fields
 from salvagelane.errors import ConnectorError, DefinitionError
-from tests.support.cli import salvagelane
+from tests.support.cli import salvagelane_here as salvagelane
 from tests.support.provider import (  # the fixtures are used by name
     KEY_ENV,
     REQUEST,

@@ -1,5 +1,6 @@
-"""``salvagelane fixture capture`` and ``salvagelane replay`` as real processes, on SQLite
-and PostgreSQL: a stored run round-trips through a fixture, a changed definition shows."""
+"""``salvagelane fixture capture`` and ``salvagelane replay`` through the real command line (in this
+process), on SQLite and PostgreSQL: a stored run round-trips through a fixture, a changed
+definition shows."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import subprocess
 from pathlib import Path
 
 from salvagelane.cli.fixture_commands import PROGRESS_THRESHOLD
-from tests.support.cli import FIXTURE, ROOT, clean_env, command, salvagelane
+from tests.support.cli import FIXTURE, ROOT, clean_env, command
+from tests.support.cli import salvagelane_here as salvagelane
 
 SECRET = "sk-or-v1-fixture-capture-must-never-write-this"
 

@@ -11,7 +11,7 @@ import pytest
 from salvagelane.store import Store, upgrade
 from salvagelane.store.health import health_json
 from salvagelane.vocabulary import RunStatus, Trigger
-from tests.support.cli import salvagelane
+from tests.support.cli import salvagelane_here as salvagelane
 from tests.support.history import seed
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)

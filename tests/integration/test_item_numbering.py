@@ -21,7 +21,8 @@ from salvagelane.run_plan import plan_run
 from salvagelane.store import Store
 from salvagelane.ui.app import Settings, create_app
 from salvagelane.ui.security import Access
-from tests.support.cli import ROOT, salvagelane, upgraded
+from tests.support.cli import ROOT, upgraded
+from tests.support.cli import salvagelane_here as salvagelane
 from tests.support.review_page import TOKEN, schema_fixture
 
 ITEM_NUMBER = re.compile(r"\bitem (\d+)\b")

@@ -1,6 +1,6 @@
-"""Lossless repairs end to end, as real processes: ``salvage --repair lossless``, and a
-definition with ``accept_repairs: lossless`` whose run stores the repairs, shows them in
-``runs show`` and keeps them through ``fixture capture`` and ``replay``."""
+"""Lossless repairs end to end, through the real command line (in this process): ``salvage --repair
+lossless``, and a definition with ``accept_repairs: lossless`` whose run stores the repairs,
+shows them in ``runs show`` and keeps them through ``fixture capture`` and ``replay``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from salvagelane.store import Store
-from tests.support.cli import ROOT, salvagelane
+from tests.support.cli import ROOT
+from tests.support.cli import salvagelane_here as salvagelane
 from tests.support.run_setup import Project, items
 from tests.support.trailing_commas import with_trailing_commas
 

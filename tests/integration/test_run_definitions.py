@@ -2,7 +2,7 @@
 use the version a run was made with, from any working directory and after the definition
 changed on disk; ``--use-current`` uses today's and says what differs. Also: a fire time
 must be one of the schedule's (or ``--force``, recorded), and ``connector.fixture`` takes
-the fixture directory. Real processes, on SQLite and PostgreSQL.
+the fixture directory. The real command line (in this process), on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import sqlalchemy as sa
 
 from salvagelane.store import current_revision, downgrade, head_revision, make_engine, upgrade
 from tests.support import run_setup
-from tests.support.cli import FIXTURE, salvagelane, upgraded
+from tests.support.cli import FIXTURE, upgraded
+from tests.support.cli import salvagelane_here as salvagelane
 
 COMPLETE = json.loads((FIXTURE / "complete.json").read_text(encoding="utf-8"))
 

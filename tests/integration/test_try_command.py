@@ -2,8 +2,8 @@
 
 ``try`` answers one attempt from a saved output or one model call and shows what a run
 would store and deliver; it touches no database, no sink and no spool. ``prompt`` shows
-the request a run would send. Both as real processes, against what a real run of the same
-definition stores (on SQLite and PostgreSQL).
+the request a run would send. Both through the real command line (in this process),
+against what a real run of the same definition stores (on SQLite and PostgreSQL).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from salvagelane.store import QuarantineFilter, Store
-from tests.support.cli import FIXTURE, salvagelane, upgraded
+from tests.support.cli import FIXTURE, upgraded
+from tests.support.cli import salvagelane_here as salvagelane
 from tests.support.provider import Scripted, ScriptedServer
 from tests.support.run_setup import Project, aimed_at, chat_answer, items, provider
 

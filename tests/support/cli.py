@@ -73,6 +73,78 @@ def salvagelane(
 
 
 def upgraded(database_url: str) -> str:
-    proc = salvagelane("db", "upgrade", database=database_url)
+    """``database_url`` after ``salvagelane db upgrade`` (run in this process)."""
+    proc = salvagelane_here("db", "upgrade", database=database_url)
     assert proc.returncode == 0, proc.stderr
     return database_url
+
+
+def salvagelane_here(
+    *args: str,
+    database: str | None = None,
+    cwd: Path = ROOT,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """:func:`salvagelane`, run by ``salvagelane.cli.app.main`` in this process.
+
+    For the tests that read what a command printed and stored: a process of its own
+    costs about a second here, most of it importing SQLAlchemy again. The command
+    sees what it would in a process: the same environment (replaced, then restored),
+    working directory, standard streams (pipes, not terminals) and exit status; the
+    log and signal setup it makes is undone afterwards. Signals, start-up imports and
+    crashes are tested with :func:`salvagelane`."""
+    del timeout  # a command run here cannot be stopped from outside; pytest's own limits hold
+    import io
+    import signal
+
+    import structlog
+
+    from salvagelane.cli.app import main
+
+    extra = dict(env or {})
+    if database is not None:
+        extra["SALVAGELANE_DATABASE_URL"] = database
+    environ = clean_env(extra)
+    streams = (sys.stdin, sys.stdout, sys.stderr)
+    saved_environ, saved_cwd = dict(os.environ), os.getcwd()
+    saved_logs = structlog.get_config()
+    saved_signals = {sig: signal.getsignal(sig) for sig in _HANDLED_SIGNALS}
+    out, err = io.BytesIO(), io.BytesIO()
+    wrappers: tuple[io.TextIOWrapper, ...] = ()
+    code: int
+    try:
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(cwd)
+        sys.stdin = io.TextIOWrapper(io.BytesIO((input or "").encode("utf-8")), encoding="utf-8")
+        sys.stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
+        sys.stderr = io.TextIOWrapper(err, encoding="utf-8", write_through=True)
+        wrappers = (sys.stdout, sys.stderr)
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        else:  # pragma: no cover - main always exits
+            code = 0
+    finally:
+        for wrapper in wrappers:
+            wrapper.flush()
+            wrapper.detach()  # a wrapper closed with it would close the buffer read below
+        sys.stdin, sys.stdout, sys.stderr = streams
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_environ)
+        structlog.configure(**saved_logs)
+        for sig, handler in saved_signals.items():
+            signal.signal(sig, handler)
+    return subprocess.CompletedProcess(
+        command(*args),
+        code,
+        out.getvalue().decode("utf-8", errors="replace"),
+        err.getvalue().decode("utf-8", errors="replace"),
+    )
+
+
+_HANDLED_SIGNALS = (2, 15, 1)  # SIGINT, SIGTERM, SIGHUP: what serve and ui install
