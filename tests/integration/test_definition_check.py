@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from salvagelane.definitions import (
 from salvagelane.definitions.fields import defaults, field_default, schema_fields
 from salvagelane.errors import ConnectorError, DefinitionError
 from tests.support.cli import salvagelane_here as salvagelane
+from tests.support.definitions import copy_project, edit
 from tests.support.provider import (  # the fixtures are used by name
     KEY_ENV,
     REQUEST,
@@ -71,15 +71,7 @@ retry:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    shutil.copytree(ROOT / "instructions", tmp_path / "instructions")
-    shutil.copytree(ROOT / "schemas", tmp_path / "schemas")
-    return tmp_path
-
-
-def edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text(encoding="utf-8")
-    assert text.count(old) == 1, f"{old!r} must occur once in {path}"
-    path.write_text(text.replace(old, new), encoding="utf-8")
+    return copy_project(tmp_path)
 
 
 def minimal(project: Path, base_url: str = "http://127.0.0.1:9/v1") -> Path:

@@ -33,6 +33,7 @@ from salvagelane.definitions import (
 )
 from salvagelane.errors import ConfigurationError, DefinitionError
 from tests.support.cli import clean_env
+from tests.support.definitions import copy_project, edit
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "instructions" / "daily-triage.yaml"
@@ -42,16 +43,7 @@ INSTRUCTION_SCHEMA = ROOT / "schemas" / "instruction.schema.json"
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """A copy of instructions/ and schemas/: the definition's relative paths work as in the repo."""
-    shutil.copytree(ROOT / "instructions", tmp_path / "instructions")
-    shutil.copytree(ROOT / "schemas", tmp_path / "schemas")
-    return tmp_path
-
-
-def edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text(encoding="utf-8")
-    assert text.count(old) == 1, f"{old!r} must occur once in {path}"
-    path.write_text(text.replace(old, new), encoding="utf-8")
+    return copy_project(tmp_path)
 
 
 def workstream_ids() -> list[str]:

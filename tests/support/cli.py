@@ -47,6 +47,14 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return environ
 
 
+def command_env(database: str | None, env: dict[str, str] | None) -> dict[str, str]:
+    """The environment of a command run on ``database`` (when given), plus ``env``."""
+    extra = dict(env or {})
+    if database is not None:
+        extra["SALVAGELANE_DATABASE_URL"] = database
+    return clean_env(extra)
+
+
 def salvagelane(
     *args: str,
     database: str | None = None,
@@ -57,16 +65,13 @@ def salvagelane(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``salvagelane ARGS`` to completion (on ``database`` when given, with ``input``
     on stdin, e.g. a confirmation prompt's reply)."""
-    extra = dict(env or {})
-    if database is not None:
-        extra["SALVAGELANE_DATABASE_URL"] = database
     return subprocess.run(
         command(*args),
         input=input,
         capture_output=True,
         text=True,
         cwd=cwd,
-        env=clean_env(extra),
+        env=command_env(database, env),
         timeout=timeout,
         check=False,
     )
@@ -103,10 +108,7 @@ def salvagelane_here(
 
     from salvagelane.cli.app import main
 
-    extra = dict(env or {})
-    if database is not None:
-        extra["SALVAGELANE_DATABASE_URL"] = database
-    environ = clean_env(extra)
+    environ = command_env(database, env)
     streams = (sys.stdin, sys.stdout, sys.stderr)
     saved_environ, saved_cwd = dict(os.environ), os.getcwd()
     saved_logs = structlog.get_config()
