@@ -7,8 +7,8 @@ dropped per scenario; nothing else is touched):
     .venv/bin/python benchmarks/queue_load.py --instructions 200 --workers 1,2,4
     .venv/bin/python benchmarks/queue_load.py --quick            # 24 instructions, 1 and 2 workers
 
-Every instruction fires once, at second ``i % 60`` of the same minute (the next minute
-that starts at least ``--lead`` seconds after the processes are up), against a local
+Every instruction fires once, ``i % 60`` seconds after a start ``--lead`` seconds after
+the processes are started (six-field cron: no wait for a whole minute), against a local
 OpenAI-compatible fake provider in this process that answers after a uniform 1-2 s with
 the daily-triage report, or with 429 (``Retry-After: 1``) 5% of the time (the connector
 retries it). Scenarios: ``serve`` executing in-process (``--max-workers``, default 4),
@@ -131,7 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
 # --- the project -------------------------------------------------------------------------------
 
 
-def write_project(root: Path, count: int, base_url: str, minute: int) -> None:
+def write_project(root: Path, count: int, base_url: str, start_at: datetime) -> None:
     shutil.copytree(ROOT / "schemas", root / "schemas")
     (root / "instructions").mkdir()
     shutil.copytree(ROOT / "instructions" / "context", root / "instructions" / "context")
@@ -147,11 +147,13 @@ def write_project(root: Path, count: int, base_url: str, minute: int) -> None:
     text = text[:start] + connector + text[end:]
     for i in range(count):
         name = f"load-{i:04d}"
+        fire = start_at + timedelta(seconds=i % 60)  # the fires spread over one minute
+        cron = f"{fire.second} {fire.minute} {fire.hour} * * *"
         one = text.replace("id: daily-triage\n", f"id: {name}\n").replace(
-            'cron: "20 5 * * *"', f'cron: "{i % 60} {minute} * * * *"'
+            'cron: "20 5 * * *"', f'cron: "{cron}"'
         )
         assert f"id: {name}\n" in one
-        assert f'"{i % 60} {minute} ' in one
+        assert f'cron: "{cron}"' in one
         (root / "instructions" / f"{name}.yaml").write_text(one, encoding="utf-8")
 
 
@@ -201,12 +203,11 @@ def run_scenario(
             "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}",
             "SALVAGELANE_DATABASE_URL": url,
         }
-        # The minute the fires are aimed at: the next one that starts after the
-        # processes have had --lead seconds to start.
+        # The second the fires start at: once the processes have had --lead seconds to
+        # start (the six-field cron names seconds, so no wait for a whole minute).
         now = datetime.now(UTC)
-        target = (now + timedelta(seconds=args.lead)).replace(second=0, microsecond=0)
-        target += timedelta(minutes=1)
-        write_project(root, args.instructions, provider.base_url, target.minute)
+        target = (now + timedelta(seconds=args.lead + 1)).replace(microsecond=0)
+        write_project(root, args.instructions, provider.base_url, target)
         common = ["--instructions", str(root / "instructions")]
         procs: dict[str, subprocess.Popen[bytes]] = {}
         logs = []
