@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -11,17 +10,12 @@ from types import ModuleType
 
 import pytest
 
+from tests.support.scripts import load_script
+
 
 @pytest.fixture(scope="module")
-def reference(repo_root: Path) -> ModuleType:
-    path = repo_root / "scripts" / "cli_reference.py"
-    spec = importlib.util.spec_from_file_location("cli_reference", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["cli_reference"] = module
-    spec.loader.exec_module(module)
-    return module
+def reference() -> ModuleType:
+    return load_script("cli_reference")
 
 
 def _page(repo_root: Path) -> str:

@@ -3,8 +3,6 @@ that loads and checks."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -15,6 +13,7 @@ import pytest
 from salvagelane.definitions import check_instruction
 from salvagelane.definitions.validation import instruction_schema
 from tests.support.cli import salvagelane
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "reference" / "definition-example.yaml"
@@ -22,14 +21,7 @@ EXAMPLE = ROOT / "docs" / "reference" / "definition-example.yaml"
 
 @pytest.fixture(scope="module")
 def reference() -> ModuleType:
-    path = ROOT / "scripts" / "definition_reference.py"
-    spec = importlib.util.spec_from_file_location("definition_reference", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["definition_reference"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("definition_reference")
 
 
 def test_the_reference_is_what_the_script_generates(reference: ModuleType) -> None:
