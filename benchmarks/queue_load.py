@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from tests.support.postgres import scratch_database
 
-from salvagelane.dispatch import install_schema
+from salvagelane.runtime.dispatch import install_schema
 from salvagelane.store import upgrade
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -47,8 +47,8 @@ def scheduled_fires(home: Path, today: datetime, fires: list[tuple[int, Path | N
     import httpx
 
     from salvagelane.definitions.ids import instruction_by_id
-    from salvagelane.executor import Executor, connector_factory, sinks_factory
     from salvagelane.logs import configure_logging
+    from salvagelane.runtime.executor import Executor, connector_factory, sinks_factory
     from salvagelane.store import Store
     from salvagelane.vocabulary import Trigger
 

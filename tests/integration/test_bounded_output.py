@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from salvagelane.definitions import Instruction
-from salvagelane.executor import Executor
+from salvagelane.runtime.executor import Executor
 from salvagelane.store import Store, upgrade
 from tests.support.cli import FIXTURE, ROOT, clean_env, command, salvagelane, upgraded
 from tests.support.provider import Scripted, ScriptedServer

@@ -20,7 +20,7 @@ import pytest
 from salvagelane._http import HttpSettings
 from salvagelane.connectors import OpenAICompatibleConnector, OpenAICompatibleSettings
 from salvagelane.connectors.http import StreamState
-from salvagelane.executor import Executor, RunOutcome
+from salvagelane.runtime.executor import Executor, RunOutcome
 from salvagelane.store import Store
 from salvagelane.vocabulary import RunStatus
 from tests.support.provider import SSE_HEADERS, Scripted, ScriptedServer, sse_event

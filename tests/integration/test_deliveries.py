@@ -24,7 +24,8 @@ from structlog.testing import capture_logs
 
 from salvagelane.connectors import ReplayConnector
 from salvagelane.definitions import Instruction, load_instruction
-from salvagelane.delivery import (
+from salvagelane.errors import ConfigurationError, NotFoundError, StoreError
+from salvagelane.runtime.delivery import (
     DeliveryPolicy,
     deliver_claimed,
     deliver_report,
@@ -33,9 +34,8 @@ from salvagelane.delivery import (
     redeliver_open,
     sinks_from_definitions,
 )
-from salvagelane.errors import ConfigurationError, NotFoundError, StoreError
-from salvagelane.executor import Executor
-from salvagelane.service import ServeSettings, Service
+from salvagelane.runtime.executor import Executor
+from salvagelane.runtime.service import ServeSettings, Service
 from salvagelane.sinks import (
     CallableSink,
     DeliveryOutcome,

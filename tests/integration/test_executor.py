@@ -21,11 +21,11 @@ import pytest
 from structlog.contextvars import merge_contextvars
 from structlog.testing import capture_logs
 
-from salvagelane import executor as executor_module
 from salvagelane.connectors import Connector
 from salvagelane.definitions import Instruction
 from salvagelane.errors import DuplicateFireError, StoreError
-from salvagelane.executor import Executor, deliver_report
+from salvagelane.runtime import executor as executor_module
+from salvagelane.runtime.executor import Executor, deliver_report
 from salvagelane.sinks import build_sinks
 from salvagelane.store import RunDetail, Store
 from salvagelane.vocabulary import Trigger

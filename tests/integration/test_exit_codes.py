@@ -103,7 +103,7 @@ def store_run(project: Project, migrated: Path) -> None:
 
     from salvagelane.connectors import ReplayConnector
     from salvagelane.definitions import load_instruction
-    from salvagelane.executor import Executor
+    from salvagelane.runtime.executor import Executor
     from salvagelane.sinks import build_sinks
     from salvagelane.vocabulary import Trigger
 
@@ -301,7 +301,7 @@ def queue_a_run(project: Project) -> None:
     from datetime import UTC, datetime
 
     from salvagelane.definitions import load_instruction
-    from salvagelane.dispatch import QueueDispatch
+    from salvagelane.runtime.dispatch import QueueDispatch
     from salvagelane.vocabulary import Trigger
 
     definition = load_instruction(project.root / "instructions" / "daily-triage.yaml")

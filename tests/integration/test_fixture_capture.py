@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from salvagelane.errors import InputError
-from salvagelane.regression import discover, write_fixture
+from salvagelane.fixtures.format import discover, write_fixture
 from tests.support.cli import FIXTURE, clean_env, command, salvagelane
 
 FILES = {

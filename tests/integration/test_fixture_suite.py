@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from salvagelane.cli.fixture_commands import replayer_for
-from salvagelane.regression import EXPECTED_FILE, discover
+from salvagelane.fixtures.format import EXPECTED_FILE, discover
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -14,7 +14,7 @@ import pytest
 
 from salvagelane.connectors import Connector
 from salvagelane.definitions import Instruction, render_prompt, resolve_context
-from salvagelane.executor import Executor
+from salvagelane.runtime.executor import Executor
 from salvagelane.store import Store
 from salvagelane.vocabulary import Trigger
 from tests.support.provider import ScriptedServer

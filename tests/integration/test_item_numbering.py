@@ -17,7 +17,7 @@ from salvagelane.core import salvage
 from salvagelane.core.attempts import correction_prompt
 from salvagelane.core.finish import FinishReason
 from salvagelane.definitions import load_instruction
-from salvagelane.run_plan import plan_run
+from salvagelane.runtime.plan import plan_run
 from salvagelane.store import Store
 from salvagelane.ui.app import Settings, create_app
 from salvagelane.ui.security import Access

@@ -19,8 +19,8 @@ import sqlalchemy as sa
 
 from salvagelane.connectors.replay import ReplayConnector
 from salvagelane.errors import ConfigurationError
-from salvagelane.executor import Executor
-from salvagelane.metrics import Metrics, MetricsEndpoint, expose
+from salvagelane.runtime.executor import Executor
+from salvagelane.runtime.metrics import Metrics, MetricsEndpoint, expose
 from salvagelane.store import ReportItemRecord, Store
 from salvagelane.vocabulary import RunStatus, Trigger
 from tests.support.cli import FIXTURE

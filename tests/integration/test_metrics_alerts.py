@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from salvagelane.metrics import Metrics
+from salvagelane.runtime.metrics import Metrics
 from salvagelane.store import Store
 from tests.support.run_setup import store
 

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from starlette.testclient import TestClient
 
 from salvagelane.cli.render import run_json, run_outcome
-from salvagelane.executor import Executor
-from salvagelane.metrics import Metrics, MetricsEndpoint, expose
+from salvagelane.runtime.executor import Executor
+from salvagelane.runtime.metrics import Metrics, MetricsEndpoint, expose
 from salvagelane.store import Store, upgrade
 from salvagelane.ui.app import Settings, create_app
 from salvagelane.ui.security import Access

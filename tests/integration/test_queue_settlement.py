@@ -27,9 +27,9 @@ from structlog.testing import capture_logs
 
 from salvagelane.connectors import ReplayConnector
 from salvagelane.definitions import Instruction, load_definitions
-from salvagelane.dispatch import QueueDispatch
-from salvagelane.metrics import Metrics
-from salvagelane.service import Dispatch, Fire, ServeSettings, Service
+from salvagelane.runtime.dispatch import QueueDispatch
+from salvagelane.runtime.metrics import Metrics
+from salvagelane.runtime.service import Dispatch, Fire, ServeSettings, Service
 from salvagelane.store import QueuedRuns, Store, upgrade
 from salvagelane.store.backlog import Backlog
 from salvagelane.vocabulary import Trigger

@@ -17,7 +17,7 @@ import pytest
 
 from salvagelane.definitions import Instruction, Schedule, load_instruction
 from salvagelane.errors import ConfigurationError, NotFoundError
-from salvagelane.scheduler import CronScheduler
+from salvagelane.runtime.scheduler import CronScheduler
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "instructions" / "daily-triage.yaml"

@@ -21,7 +21,7 @@ from structlog.testing import capture_logs
 from salvagelane.connectors import ReplayConnector
 from salvagelane.definitions import load_definitions
 from salvagelane.errors import ConfigurationError
-from salvagelane.service import Fire, ServeSettings, Service
+from salvagelane.runtime.service import Fire, ServeSettings, Service
 from salvagelane.store import Store, leader_lock_for, upgrade
 from salvagelane.vocabulary import Trigger
 

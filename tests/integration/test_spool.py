@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from salvagelane.connectors import ReplayConnector
 from salvagelane.definitions import load_instruction
 from salvagelane.errors import AttemptNotStoredError, SpoolError
-from salvagelane.executor import Executor
+from salvagelane.runtime.executor import Executor
 from salvagelane.store import Store, upgrade
 from salvagelane.store.spool import Imported, Spool, SpooledAttempt, recover
 from tests.support.cli import FIXTURE, ROOT, clean_env, command, salvagelane, upgraded

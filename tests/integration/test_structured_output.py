@@ -14,7 +14,7 @@ import pytest
 
 from salvagelane.connectors import AnthropicConnector, AnthropicSettings, Connector
 from salvagelane.definitions import Instruction
-from salvagelane.executor import Executor
+from salvagelane.runtime.executor import Executor
 from salvagelane.store import Store
 from tests.support.definitions import copy_project, edit, run_measured
 from tests.support.provider import Scripted, ScriptedServer, connector_args, provider_json

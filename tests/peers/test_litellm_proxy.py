@@ -31,7 +31,7 @@ from salvagelane.connectors import (
 )
 from salvagelane.core.finish import FinishReason
 from salvagelane.errors import ProviderError
-from salvagelane.executor import Executor
+from salvagelane.runtime.executor import Executor
 from salvagelane.store import Store, upgrade
 from tests.peers.conftest import KEY_ENV
 from tests.support.provider import FakeClock

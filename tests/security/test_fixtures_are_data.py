@@ -30,7 +30,7 @@ import pytest
 
 from salvagelane.cli.fixture_commands import replayer_for
 from salvagelane.definitions import load_instruction, resolve_context
-from salvagelane.regression import discover
+from salvagelane.fixtures.format import discover
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTRUCTIONS = ROOT / "instructions"

@@ -25,7 +25,7 @@ import pytest
 
 from salvagelane.connectors import build_connector
 from salvagelane.definitions import Instruction, load_instruction
-from salvagelane.executor import Executor
+from salvagelane.runtime.executor import Executor
 from salvagelane.store import AttemptView, Store, upgrade
 from tests.support.secrets_setup import (
     SSE_HEADERS,

@@ -197,8 +197,8 @@ def stored_records(tmp_path_factory: pytest.TempPathFactory) -> Records:
     from salvagelane.core import salvage
     from salvagelane.core.outcome import Outcome, compare, outcome_of
     from salvagelane.definitions import load_instruction
-    from salvagelane.delivery import Redelivery
-    from salvagelane.regression import FixtureReplay
+    from salvagelane.fixtures.replay import FixtureReplay
+    from salvagelane.runtime.delivery import Redelivery
     from salvagelane.sinks import DeliveryOutcome
     from salvagelane.store import QuarantineFilter, SinkDeliveryView, Store
 

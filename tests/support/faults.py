@@ -35,7 +35,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from salvagelane.definitions import Schedule
-from salvagelane.scheduler import fire_times
+from salvagelane.runtime.scheduler import fire_times
 from salvagelane.store import make_engine
 from tests.support.serve import (
     COMPLETE,

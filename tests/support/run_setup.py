@@ -26,7 +26,7 @@ from salvagelane.connectors import (
     ReplayConnector,
 )
 from salvagelane.definitions import Instruction, load_instruction
-from salvagelane.executor import Executor
+from salvagelane.runtime.executor import Executor
 from salvagelane.store import Store, upgrade
 from tests.support.cli import FIXTURE, ROOT, salvagelane
 from tests.support.provider import Scripted, ScriptedServer, connector_args

@@ -12,7 +12,7 @@ import pytest
 from salvagelane.cli.tables import render_schedule_table
 from salvagelane.definitions import Schedule, load_instruction
 from salvagelane.errors import ConfigurationError
-from salvagelane.scheduler import (
+from salvagelane.runtime.scheduler import (
     MISSED_LIMIT,
     CatchUpPlan,
     cron_trigger,

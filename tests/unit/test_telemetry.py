@@ -1,4 +1,4 @@
-"""The calculations the metrics observer makes (salvagelane.telemetry), pure."""
+"""The calculations the metrics observer makes (salvagelane.runtime.telemetry), pure."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from salvagelane.telemetry import error_kind, fire_lag_seconds, usage_tokens
+from salvagelane.runtime.telemetry import error_kind, fire_lag_seconds, usage_tokens
 from salvagelane.vocabulary import Trigger
 
 FIRE = datetime(2026, 11, 23, 5, 20, tzinfo=UTC)

@@ -41,7 +41,7 @@ def db_upgrade_command(database: str | None) -> None:
     if url_is_postgres(url):
         # The task queue's tables (`serve --dispatch queue`, `worker`; ADR 0013), once.
         try:
-            from salvagelane.dispatch import install_schema
+            from salvagelane.runtime.dispatch import install_schema
         except MissingExtraError:
             # PostgreSQL without the queue: the store is upgraded; the first queue
             # leader or worker installs the tables once the extra is there.

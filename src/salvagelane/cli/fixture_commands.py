@@ -26,7 +26,7 @@ from salvagelane.cli.wiring import open_store
 from salvagelane.safe_text import line
 
 if TYPE_CHECKING:  # the fixtures module pulls in the core and the connectors: not for --help
-    from salvagelane.regression import FixtureReplay, Replayer
+    from salvagelane.fixtures.replay import FixtureReplay, Replayer
 
 PROGRESS_THRESHOLD = 5
 """More fixtures than this get a progress bar (at a terminal): fewer finish at once."""
@@ -37,7 +37,7 @@ def replayer_for(instructions_dir: Path, *, use_current: bool = False) -> Replay
     the definition its run was made with (its ``definition.json``), or with
     ``use_current`` today's definition of its instruction, an id looked up among the
     definitions in ``instructions_dir`` only."""
-    from salvagelane.regression import Replayer
+    from salvagelane.fixtures.replay import Replayer
 
     return Replayer(instructions_dir, use_current=use_current)
 
@@ -69,7 +69,7 @@ def capture_command(
     schemas, allow-lists and context files it names). Replay it with: salvagelane
     replay DIR.
     """
-    from salvagelane.regression import capture_run
+    from salvagelane.review.capture import capture_run
 
     with open_store(database, read_only=True) as store:
         captured = capture_run(store, run_id, attempt, to, force=force)
@@ -116,7 +116,8 @@ def replay_command(
     naming a context callable the definition in --instructions does not): the others
     are still replayed.
     """
-    from salvagelane.regression import discover, summarise
+    from salvagelane.fixtures.format import discover
+    from salvagelane.fixtures.replay import summarise
 
     directories = discover(paths)
     replayer = replayer_for(instructions_dir, use_current=use_current)
@@ -146,7 +147,7 @@ def _shown(directory: Path | None) -> str | None:
 
 def render_replays(replays: Sequence[FixtureReplay], counts: dict[str, int]) -> str:
     """One line per fixture, each difference or error indented under it, then totals."""
-    from salvagelane.regression import EXPECTED_FILE
+    from salvagelane.fixtures.format import EXPECTED_FILE
 
     header = ("FIXTURE", "INSTRUCTION", "STATUS", "RESULT")
     rows = [

@@ -23,8 +23,8 @@ from salvagelane.cli.options import (
 )
 from salvagelane.cli.render import when
 from salvagelane.cli.wiring import open_store, require_known_instruction
+from salvagelane.runtime.settings import DEFAULT_QUEUE_STALL_SECONDS
 from salvagelane.safe_text import line
-from salvagelane.serve_settings import DEFAULT_QUEUE_STALL_SECONDS
 
 if TYPE_CHECKING:  # the store is imported inside the command: `--help` must stay cheap
     from salvagelane.store import InstructionHealth

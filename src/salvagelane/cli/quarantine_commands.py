@@ -41,7 +41,7 @@ from salvagelane.safe_text import block, line, one_line
 from salvagelane.vocabulary import ReviewStatus
 
 if TYPE_CHECKING:  # imported inside the commands: `--help` must not load the store or core
-    from salvagelane.review import OperatorInput, Refused
+    from salvagelane.review.approval import OperatorInput, Refused
     from salvagelane.store import QuarantineDetail, QuarantineFilter, QuarantineView
 
 _ERROR_WIDTH = 70
@@ -255,7 +255,7 @@ def quarantine_export_command(
     """Write a regression fixture of the model output quarantined item ID came from (its
     run and attempt), as `salvagelane fixture capture` does. Replay it with
     `salvagelane replay DIR`."""
-    from salvagelane.regression import capture_run
+    from salvagelane.review.capture import capture_run
 
     with open_store(database, read_only=True) as store:
         held = store.quarantine.get_quarantine(quarantine_id)
@@ -309,7 +309,7 @@ def quarantine_approve_command(
     is 1.
     """
     from salvagelane.errors import InputError
-    from salvagelane.review import Refused, approve_quarantined
+    from salvagelane.review.approval import Refused, approve_quarantined
 
     if [edit, path is not None, from_stdin].count(True) != 1:
         raise click.UsageError(
@@ -353,7 +353,7 @@ def quarantine_approve_command(
 def _corrected_input(
     detail: QuarantineDetail, path: Path | None, *, from_stdin: bool, cap: int
 ) -> OperatorInput:
-    from salvagelane.review import read_bounded
+    from salvagelane.review.approval import read_bounded
 
     if path is not None:
         try:

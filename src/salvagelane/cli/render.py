@@ -15,8 +15,8 @@ from salvagelane.safe_text import line, one_line
 from salvagelane.vocabulary import OPEN_DELIVERY_STATUSES, DeliveryStatus, ItemOrigin, OutputCut
 
 if TYPE_CHECKING:  # annotations only: rendering must not pull in the store or httpx
-    from salvagelane.delivery import Redelivery
-    from salvagelane.regression import CapturedFixture
+    from salvagelane.review.capture import CapturedFixture
+    from salvagelane.runtime.delivery import Redelivery
     from salvagelane.sinks import DeliveryOutcome
     from salvagelane.store import AttemptView, RunDetail, RunSummary, SinkDeliveryView
 

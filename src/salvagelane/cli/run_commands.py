@@ -96,7 +96,7 @@ def run_command(
     from salvagelane.connectors import ReplayConnector
     from salvagelane.definitions.ids import instruction_from_argument
     from salvagelane.errors import DuplicateFireError
-    from salvagelane.executor import Executor
+    from salvagelane.runtime.executor import Executor
 
     if force and scheduled_for is None:
         raise click.UsageError("--force goes with --scheduled-for: it forces a fire time")
@@ -171,7 +171,7 @@ def run_command(
 def _off_schedule(definition: Instruction, moment: datetime, *, force: bool) -> bool:
     """Whether ``moment`` is off the schedule of ``definition`` (then ``force`` must say
     so: click.UsageError naming the nearest fire times otherwise)."""
-    from salvagelane.scheduler import nearest_fire_times
+    from salvagelane.runtime.scheduler import nearest_fire_times
 
     before, after = nearest_fire_times(definition.schedule, moment)
     if before == moment:
@@ -297,7 +297,7 @@ def runs_cancel_command(run_id: str, database: str | None) -> None:
     queued run ends cancelled at once; a running one is asked to stop: a model call in
     flight is cut within about a second, and the run ends cancelled with what arrived."""
     from salvagelane import environment
-    from salvagelane.dispatch import cancel_run
+    from salvagelane.runtime.dispatch import cancel_run
 
     url = environment.database_url(database)
     with open_store(database) as store:
@@ -344,8 +344,8 @@ def runs_redeliver_command(
     delivered, 1 when any failed (or could not be tried), 2 on a usage error.
     """
     from salvagelane.cli.wiring import DefinitionSinks
-    from salvagelane.delivery import deliver_report, redeliver_open
     from salvagelane.logs import bound
+    from salvagelane.runtime.delivery import deliver_report, redeliver_open
 
     if (run_id is None) == (not pending):
         raise click.UsageError("expected a RUN_ID or --pending (one of them)")
@@ -385,7 +385,7 @@ def _sinks_definition(
     """The definition whose sinks ``runs redeliver RUN_ID`` delivers to: the operator's
     own (only it may say where a report goes), once it is known to name the sinks of
     the version the run was made with, or whatever it names with ``use_current``."""
-    from salvagelane.run_definitions import choose_definition
+    from salvagelane.review.run_definitions import choose_definition
 
     where = f"run {run_id}: instruction"
     chosen = choose_definition(

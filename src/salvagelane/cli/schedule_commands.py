@@ -23,7 +23,7 @@ def schedule_command(instructions_dir: Path) -> None:
     directory is missing.
     """
     from salvagelane.definitions import load_instructions
-    from salvagelane.scheduler import schedule_table
+    from salvagelane.runtime.scheduler import schedule_table
 
     instructions = load_instructions(instructions_dir)
     click.echo(render_schedule_table(schedule_table(instructions, datetime.now(UTC))))

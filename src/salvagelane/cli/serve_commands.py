@@ -30,13 +30,13 @@ from salvagelane.cli.wiring import (
     recover_spooled,
     wired,
 )
+from salvagelane.runtime.settings import DEFAULT_SETTINGS as DEFAULTS
+from salvagelane.runtime.settings import ServeSettings
 from salvagelane.safe_text import block
-from salvagelane.serve_settings import DEFAULT_SETTINGS as DEFAULTS
-from salvagelane.serve_settings import ServeSettings
 
 if TYPE_CHECKING:
-    from salvagelane.dispatch import QueueDispatch
-    from salvagelane.metrics import Metrics
+    from salvagelane.runtime.dispatch import QueueDispatch
+    from salvagelane.runtime.metrics import Metrics
     from salvagelane.store import LeaderLock, Store
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -134,12 +134,12 @@ def serve_command(
 
     url = environment.database_url(database)
     if dispatch == "queue":
-        from salvagelane.dispatch import require_postgres
+        from salvagelane.runtime.dispatch import require_postgres
 
         require_postgres(url, "serve --dispatch queue")  # SQLite: refused, exit 2
     if metrics_port is not None:
         # Without the `metrics` extra: MissingExtraError (exit 2) before anything starts.
-        import salvagelane.metrics  # noqa: F401
+        import salvagelane.runtime.metrics  # noqa: F401
     lock = leader_lock_for(url)
     settings = ServeSettings(
         instructions_dir=instructions_dir,
@@ -187,9 +187,9 @@ def _serve(
     metrics_at: tuple[str, int] | None = None,
     queue: bool = False,
 ) -> None:
-    from salvagelane.service import Service
+    from salvagelane.runtime.service import Service
+    from salvagelane.runtime.telemetry import NO_TELEMETRY, RunObserver
     from salvagelane.store import Store
-    from salvagelane.telemetry import NO_TELEMETRY, RunObserver
 
     def announce(text: str) -> None:
         click.echo(block(text))  # may quote a definition's file or a database error
@@ -202,7 +202,7 @@ def _serve(
         collected: Metrics | None = None
         if metrics_at is not None:
             # Imported only here: a serve without metrics loads no prometheus_client.
-            from salvagelane.metrics import Metrics
+            from salvagelane.runtime.metrics import Metrics
 
             collected = Metrics(state=store.state, queue_stall_seconds=settings.queue_stall_seconds)
             telemetry = collected
@@ -268,7 +268,7 @@ def _dispatch(url: str, store: Store, queue: bool) -> Iterator[QueueDispatch | N
     if not queue:
         yield None
         return
-    from salvagelane.dispatch import QueueDispatch
+    from salvagelane.runtime.dispatch import QueueDispatch
 
     dispatch = QueueDispatch(url, store)
     dispatch.open()

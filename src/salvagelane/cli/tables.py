@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from salvagelane.safe_text import line
 
 if TYPE_CHECKING:  # the scheduler imports APScheduler: not for a command that only prints
-    from salvagelane.scheduler import ScheduleRow
+    from salvagelane.runtime.scheduler import ScheduleRow
 
 
 def aligned(rows: Sequence[Sequence[str]]) -> list[str]:

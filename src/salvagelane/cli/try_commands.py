@@ -1,7 +1,7 @@
 """``salvagelane try`` and ``salvagelane prompt``: a definition tried without a run.
 
 Neither opens a database, writes to the spool or delivers to a sink (see
-:mod:`salvagelane.trial`). Everything they print that a model, a provider or a
+:mod:`salvagelane.runtime.trial`). Everything they print that a model, a provider or a
 definition's files produced goes through :mod:`salvagelane.safe_text`.
 """
 
@@ -22,7 +22,7 @@ from salvagelane.safe_text import block, line, one_line
 if TYPE_CHECKING:  # imported when a command runs: `--help` must not pay for them
     from salvagelane.core import SalvageResult
     from salvagelane.definitions import Instruction
-    from salvagelane.trial import PromptPreview, Trial
+    from salvagelane.runtime.trial import PromptPreview, Trial
 
 _ITEM_WIDTH = 110
 _SNIPPET_WIDTH = 90
@@ -77,7 +77,7 @@ def try_command(
     from salvagelane.connectors import ReplayConnector
     from salvagelane.definitions import ConnectorKind
     from salvagelane.definitions.ids import instruction_from_argument
-    from salvagelane.trial import try_instruction
+    from salvagelane.runtime.trial import try_instruction
 
     if sample is not None and live:
         raise click.UsageError(
@@ -122,7 +122,7 @@ def prompt_command(
     sent, stored or delivered.
     """
     from salvagelane.definitions.ids import instruction_from_argument
-    from salvagelane.trial import preview_prompt
+    from salvagelane.runtime.trial import preview_prompt
 
     definition = instruction_from_argument(instruction, instructions_dir)
     preview = preview_prompt(definition, at=scheduled_for or datetime.now(UTC))

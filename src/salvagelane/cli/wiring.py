@@ -20,8 +20,8 @@ from salvagelane.safe_text import block, line
 
 if TYPE_CHECKING:
     from salvagelane.definitions import DefinitionSet
-    from salvagelane.executor import ConnectorFactory, SinkFactory
-    from salvagelane.metrics import Metrics
+    from salvagelane.runtime.executor import ConnectorFactory, SinkFactory
+    from salvagelane.runtime.metrics import Metrics
     from salvagelane.sinks import Sink
     from salvagelane.store import DeliveryRun, Store
 
@@ -111,7 +111,7 @@ def wired(*, replay: Path | None = None) -> Iterator[Wired]:
     (``replay``: a fixture answers instead, ``run --replay``) and sinks over it."""
     import httpx
 
-    from salvagelane.executor import connector_factory, sinks_factory
+    from salvagelane.runtime.executor import connector_factory, sinks_factory
 
     with httpx.Client() as client:
         yield Wired(
@@ -160,7 +160,7 @@ def expose_metrics(serving: ExitStack, metrics: Metrics, port: int, host: str) -
     A port in use is a ConfigurationError (exit 2); an address off loopback is served,
     with a warning, since the endpoint has no authentication.
     """
-    from salvagelane.metrics import expose
+    from salvagelane.runtime.metrics import expose
 
     endpoint = expose(port, host, registry=metrics.registry)
     serving.callback(endpoint.close)

@@ -25,11 +25,11 @@ from salvagelane.cli.wiring import (
     recover_spooled,
     wired,
 )
+from salvagelane.runtime.settings import DEFAULT_SETTINGS as SERVE_DEFAULTS
 from salvagelane.safe_text import block
-from salvagelane.serve_settings import DEFAULT_SETTINGS as SERVE_DEFAULTS
 
 if TYPE_CHECKING:
-    from salvagelane.telemetry import RunObserver
+    from salvagelane.runtime.telemetry import RunObserver
 
 
 @click.command("worker", cls=Command)
@@ -84,14 +84,14 @@ def worker_command(
     (docs/guides/metrics.md), and the database's figures, as `serve` does.
     """
     from salvagelane import environment
-    from salvagelane.dispatch import QueueWorker, WorkerSettings, require_postgres
+    from salvagelane.runtime.dispatch import QueueWorker, WorkerSettings, require_postgres
+    from salvagelane.runtime.telemetry import NO_TELEMETRY
     from salvagelane.store import Store
-    from salvagelane.telemetry import NO_TELEMETRY
 
     url = require_postgres(environment.database_url(database), "salvagelane worker")
     if metrics_port is not None:
         # Without the `metrics` extra: MissingExtraError (exit 2) before anything starts.
-        import salvagelane.metrics  # noqa: F401
+        import salvagelane.runtime.metrics  # noqa: F401
     names = tuple(name.strip() for name in queues.split(",") if name.strip())
     settings = WorkerSettings(
         instructions_dir=instructions_dir,
@@ -123,7 +123,7 @@ def worker_command(
         metrics_url = None
         if metrics_port is not None:
             # Imported only here: a worker without metrics loads no prometheus_client.
-            from salvagelane.metrics import Metrics
+            from salvagelane.runtime.metrics import Metrics
 
             collected = Metrics(state=store.state)
             telemetry = collected

@@ -1,7 +1,7 @@
 """The recorded outcome of a salvage, and the differences between two outcomes.
 
 Pure: a ``SalvageResult`` in, an ``Outcome`` out; two outcomes in, a list of
-``Difference`` out. Regression fixtures (``salvagelane.regression``) store an outcome as
+``Difference`` out. Regression fixtures (``salvagelane.fixtures``) store an outcome as
 ``expected.json`` and compare it with what today's definition makes of the same raw
 output.
 

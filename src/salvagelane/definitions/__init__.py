@@ -26,7 +26,7 @@ from salvagelane.definitions.checking import (
     check_instruction,
     environment_warnings,
 )
-from salvagelane.definitions.context import (
+from salvagelane.definitions.context_values import (
     resolve_allow_lists,
     resolve_context,
     salvage_policy_for,

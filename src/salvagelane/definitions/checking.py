@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from salvagelane import environment
-from salvagelane.definitions.context import resolve_allow_lists, resolve_context
+from salvagelane.definitions.context_values import resolve_allow_lists, resolve_context
 from salvagelane.definitions.field_paths import items_path_finding
 from salvagelane.definitions.fields import schema_fields
 from salvagelane.definitions.loading import load_instruction

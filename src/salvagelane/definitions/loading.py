@@ -54,7 +54,7 @@ from salvagelane.policy_files import allow_list_values, parse_json_text
 
 _MAX_DEFINITION_BYTES = 1024 * 1024
 _MAX_FILE_BYTES = 16 * 1024 * 1024  # a schema or an allow-list file
-RAW_FILE = "raw.txt"  # a fixture's recorded output (salvagelane.regression.RAW_FILE)
+RAW_FILE = "raw.txt"  # a fixture's recorded output (salvagelane.fixtures.format.RAW_FILE)
 
 
 # --- Loading ---------------------------------------------------------------------------------

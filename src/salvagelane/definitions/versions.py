@@ -1,6 +1,6 @@
 """Comparing a stored version of a definition with the operator's current one, and
 checking that a stored copy is the version that names it. Which version a command about
-a stored run uses is :mod:`salvagelane.run_definitions`, above the store.
+a stored run uses is :mod:`salvagelane.review.run_definitions`, above the store.
 
 A stored copy is data from the database: it decides how an item is checked, never which
 code runs or where a report goes (see docs/adr/0004-instruction-definitions.md).
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from salvagelane.definitions.context import snapshot_for_run
+from salvagelane.definitions.context_values import snapshot_for_run
 from salvagelane.definitions.loading import load_stored
 from salvagelane.definitions.model import Instruction
 from salvagelane.definitions.snapshot import (

@@ -2,7 +2,7 @@
 
 A failing sink never stops the others, nor the run: :func:`deliver_one` reports how a
 delivery went as a :class:`DeliveryOutcome`, never by raising, so the outbox
-(:mod:`salvagelane.delivery`) tries every sink of a run and records each outcome.
+(:mod:`salvagelane.runtime.delivery`) tries every sink of a run and records each outcome.
 """
 
 from __future__ import annotations

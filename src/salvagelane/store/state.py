@@ -1,9 +1,10 @@
 """What the database holds right now, counted: the state half of the metrics (issue 17).
 
-Reached through :attr:`Store.state <salvagelane.store.Store.state>`. :mod:`salvagelane.metrics`
-reads one :class:`StoreState` per scrape, so the gauges equal what every other view of the
-database shows, whichever process wrote the rows and however often the processes
-restarted. Every figure is one aggregate query (``GROUP BY``): no row is read into
+Reached through :attr:`Store.state <salvagelane.store.Store.state>`.
+:mod:`salvagelane.runtime.metrics` reads one :class:`StoreState` per scrape, so the
+gauges equal what every other view of the database shows, whichever process wrote the
+rows and however often the processes restarted. Every figure is one aggregate query
+(``GROUP BY``): no row is read into
 Python. What a read costs on a long history: ADR 0014 and ``benchmarks/metrics_state.py``.
 
 - **runs**: runs per (instruction, status), every status the table holds, read as plain

@@ -3,7 +3,7 @@
 Pages read through the same store methods as the command line (``quarantine list``,
 ``quarantine show``, ``runs show``, ``health``), and every action goes through the code
 the command line uses: :func:`salvagelane.review.approve_quarantined`, the quarantine
-lane's reject and bulk reject, :func:`salvagelane.regression.capture_run`. So the page
+lane's reject and bulk reject, :func:`salvagelane.review.capture.capture_run`. So the page
 and the command line cannot disagree. Access rules: :mod:`salvagelane.ui.security`.
 """
 
@@ -39,8 +39,8 @@ from salvagelane.errors import (
     StoreError,
     UnavailableError,
 )
+from salvagelane.runtime.settings import DEFAULT_QUEUE_STALL_SECONDS
 from salvagelane.safe_text import line
-from salvagelane.serve_settings import DEFAULT_QUEUE_STALL_SECONDS
 from salvagelane.store import BulkSelection, QuarantineDetail, QuarantineFilter, Store
 from salvagelane.store.health import days_between, health_json
 from salvagelane.ui import views
@@ -469,7 +469,7 @@ def _reviewer(page: Page, form: FormData) -> str:
 
 
 async def approve(request: Request, page: Page) -> Response:
-    from salvagelane.review import Refused, approve_quarantined, read_bounded
+    from salvagelane.review.approval import Refused, approve_quarantined, read_bounded
 
     item_id = int(request.path_params["item_id"])
     form = _form(request)
@@ -520,7 +520,7 @@ async def reject(request: Request, page: Page) -> Response:
 
 
 async def capture(request: Request, page: Page) -> Response:
-    from salvagelane.regression import capture_run
+    from salvagelane.review.capture import capture_run
 
     item_id = int(request.path_params["item_id"])
     form = _form(request)

@@ -2,7 +2,7 @@
 
 The executor and the service report events (a fire, a run's start and end, a model call,
 a provider error, a retry, tokens) to a :class:`RunObserver`; :data:`NO_TELEMETRY`, the
-default, ignores them. :mod:`salvagelane.metrics` implements the observer with Prometheus
+default, ignores them. :mod:`salvagelane.runtime.metrics` implements the observer with Prometheus
 counters and histograms, so neither the executor nor the service imports a metrics
 library, and a process without ``--metrics-port`` pays nothing but a method call.
 
@@ -10,7 +10,7 @@ An observer is called from the run's own thread, in the middle of the run: it mu
 quick and must not raise (a failing observer would fail the run it watches).
 
 What the database holds (runs by status, the quarantine still pending, deliveries,
-queue depth) is not reported here: :mod:`salvagelane.metrics` reads it from the database
+queue depth) is not reported here: :mod:`salvagelane.runtime.metrics` reads it from the database
 when it is scraped, so it survives restarts and agrees with every other view.
 """
 

@@ -2,7 +2,7 @@
 
 ``salvagelane prompt`` shows the request a run would send; ``salvagelane try`` answers it
 once (from a saved output, or by calling the model) and salvages the answer with every
-guardrail. Both go through :mod:`salvagelane.run_plan`, as a run does, and neither opens a
+guardrail. Both go through :mod:`salvagelane.runtime.plan`, as a run does, and neither opens a
 database, writes a spool file or delivers to a sink: sinks are built to name where the
 report would go, never given it.
 """
@@ -24,7 +24,7 @@ from salvagelane.core.schema_hint import provider_hint
 from salvagelane.definitions import Instruction, snapshot_for_run, with_snapshot
 from salvagelane.errors import ConnectorError
 from salvagelane.logs import scrub_text
-from salvagelane.run_plan import (
+from salvagelane.runtime.plan import (
     RunPlan,
     build_run_sinks,
     failure,
@@ -41,7 +41,7 @@ from salvagelane.vocabulary import ItemOrigin, RunStatus
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PromptPreview:
     """The first request a run of an instruction sends, as the attempt would record it
-    (:func:`~salvagelane.run_plan.request_summary`), and the structured-output hint's
+    (:func:`~salvagelane.runtime.plan.request_summary`), and the structured-output hint's
     schema as the connector sends it (None when it sends none)."""
 
     instruction_id: str

@@ -9,7 +9,7 @@ it adds to one node (docs/adr/0013-distributed-dispatch.md):
   fire. Catch-ups and the one retry of an interrupted run come through here too.
 * :class:`QueueWorker`, ``salvagelane worker``: procrastinate fetches the jobs; each job
   takes its run by id (``queued`` → ``running``, at most once) and executes it with the
-  same :class:`~salvagelane.executor.Executor` as a node does in-process: heartbeats,
+  same :class:`~salvagelane.runtime.executor.Executor` as a node does in-process: heartbeats,
   deadline, raw outputs stored first.
 * :func:`cancel_run`, ``salvagelane runs cancel``.
 
@@ -64,12 +64,12 @@ except ImportError as exc:
 
 from salvagelane.definitions import Instruction
 from salvagelane.definitions.directory import load_definitions, require_loadable
-from salvagelane.executor import ConnectorFactory, Executor, SinkFactory, mark_abandoned
 from salvagelane.logs import bound, get_logger
+from salvagelane.runtime.executor import ConnectorFactory, Executor, SinkFactory, mark_abandoned
+from salvagelane.runtime.telemetry import NO_TELEMETRY, RunObserver
 from salvagelane.store import QueuedRun, Store, database_url, masked_url
 from salvagelane.store.engine import describe
 from salvagelane.store.leadership import lock_key
-from salvagelane.telemetry import NO_TELEMETRY, RunObserver
 from salvagelane.vocabulary import Clock, RunStatus, Trigger, utc_now
 
 __all__ = [

@@ -69,7 +69,7 @@ __all__ = [
 MISSED_LIMIT = 100
 """At most this many missed fires (the newest) are reported by :func:`plan_catch_up`."""
 
-RUN_SCHEDULED = "salvagelane.scheduler:run_scheduled"
+RUN_SCHEDULED = "salvagelane.runtime.scheduler:run_scheduled"
 """The textual job function every job names: it works out the fire time, then calls the
 service's target (see :class:`CronScheduler`)."""
 

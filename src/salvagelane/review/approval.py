@@ -23,7 +23,7 @@ from salvagelane.core import AcceptedItem, QuarantinedItem, SalvagePolicy, check
 from salvagelane.core.records import CorrectionSignal
 from salvagelane.definitions import salvage_policy_for
 from salvagelane.errors import InputError, not_utf8
-from salvagelane.run_definitions import choose_definition
+from salvagelane.review.run_definitions import choose_definition
 from salvagelane.store import (
     ApprovalView,
     InputDigest,

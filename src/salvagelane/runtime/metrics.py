@@ -5,7 +5,7 @@ Two kinds, on one registry per process (:class:`Metrics`; never prometheus_clien
 one, so tests and several services in one process each have their own):
 
 - **Event metrics**, counted as the process sees them happen: :class:`Metrics` is the
-  :class:`~salvagelane.telemetry.RunObserver` the executor and the service report to
+  :class:`~salvagelane.runtime.telemetry.RunObserver` the executor and the service report to
   (fires, fire lag, run and model-call durations, provider errors, retries, tokens,
   items kept and quarantined). They start at zero with the process, as counters do;
   ``rate()`` and ``increase()`` handle the restarts.
@@ -55,8 +55,8 @@ except ImportError as exc:
     ) from exc
 
 from salvagelane.logs import get_logger
-from salvagelane.serve_settings import DEFAULT_QUEUE_STALL_SECONDS
-from salvagelane.telemetry import NOTHING_FOLDED, fire_lag_seconds
+from salvagelane.runtime.settings import DEFAULT_QUEUE_STALL_SECONDS
+from salvagelane.runtime.telemetry import NOTHING_FOLDED, fire_lag_seconds
 from salvagelane.vocabulary import Clock, RunStatus, Trigger, utc_now
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 12
 
 class Metrics:
     """The metrics of one process: its registry, the event metrics (it is the
-    :class:`~salvagelane.telemetry.RunObserver` to pass to the executor and the service)
+    :class:`~salvagelane.runtime.telemetry.RunObserver` to pass to the executor and the service)
     and, given a store's :class:`~salvagelane.store.StateReader`, the state metrics.
 
     ``process``: also register prometheus_client's process, platform and garbage

@@ -1,7 +1,7 @@
 """What a run asks the model and how it reads an answer, without a store.
 
 The executor stores every step of a run; ``salvagelane try`` and ``salvagelane prompt``
-(:mod:`salvagelane.trial`) store nothing. Both take the prompt, the request, the
+(:mod:`salvagelane.runtime.trial`) store nothing. Both take the prompt, the request, the
 salvage of an answer, the status it gives and the next attempt's budget from here, so a
 dry run cannot tell a different story from the run it previews.
 """

@@ -6,7 +6,7 @@ model said; the report, its items and the quarantine are then written in one
 transaction, so a failure there leaves no half-written report (the run stays
 ``running`` until the scheduler marks it interrupted). Sinks run last and can only
 record their own failure: they never touch the stored report. Each delivery is
-written ``pending`` with the report (see :mod:`salvagelane.delivery`), so a process that
+written ``pending`` with the report (see :mod:`salvagelane.runtime.delivery`), so a process that
 dies while delivering leaves it due, never silently undelivered.
 """
 
@@ -36,13 +36,6 @@ from salvagelane.definitions import (
     with_snapshot,
 )
 from salvagelane.definitions.snapshot import without_secrets
-from salvagelane.delivery import (
-    DEFAULT_POLICY,
-    DeliveryPolicy,
-    deliver_claimed,
-    pending_deliveries,
-)
-from salvagelane.delivery import deliver_report as deliver_report  # its former home
 from salvagelane.errors import (
     AttemptNotStoredError,
     ConnectorError,
@@ -54,7 +47,14 @@ from salvagelane.errors import (
     StoreError,
 )
 from salvagelane.logs import bound, get_logger, scrub_text
-from salvagelane.run_plan import (
+from salvagelane.runtime.delivery import (
+    DEFAULT_POLICY,
+    DeliveryPolicy,
+    deliver_claimed,
+    pending_deliveries,
+)
+from salvagelane.runtime.delivery import deliver_report as deliver_report  # its former home
+from salvagelane.runtime.plan import (
     build_run_sinks,
     plan_run,
     provider_retry_cause,
@@ -62,7 +62,8 @@ from salvagelane.run_plan import (
     request_summary,
     run_status,
 )
-from salvagelane.run_plan import failure as failure_of
+from salvagelane.runtime.plan import failure as failure_of
+from salvagelane.runtime.telemetry import NO_TELEMETRY, RunObserver, error_kind, usage_tokens
 from salvagelane.sinks import DeliveryOutcome, Sink, build_sinks, run_address
 from salvagelane.store import (
     ClaimedDelivery,
@@ -74,7 +75,6 @@ from salvagelane.store import (
     bound_raw,
 )
 from salvagelane.store.spool import Spool, SpooledAttempt
-from salvagelane.telemetry import NO_TELEMETRY, RunObserver, error_kind, usage_tokens
 from salvagelane.vocabulary import Clock, ItemOrigin, ReviewStatus, RunStatus, Trigger, utc_now
 
 if TYPE_CHECKING:

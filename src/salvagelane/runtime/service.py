@@ -36,15 +36,15 @@ from typing import Protocol
 
 from salvagelane.definitions import Instruction
 from salvagelane.definitions.directory import DefinitionSet, load_definitions, require_loadable
-from salvagelane.delivery import redeliver_due, sinks_from_definitions
 from salvagelane.errors import (
     ConfigurationError,
     DuplicateFireError,
     SalvagelaneError,
 )
-from salvagelane.executor import ConnectorFactory, Executor, SinkFactory, mark_abandoned
 from salvagelane.logs import bound, get_logger
-from salvagelane.scheduler import (
+from salvagelane.runtime.delivery import redeliver_due, sinks_from_definitions
+from salvagelane.runtime.executor import ConnectorFactory, Executor, SinkFactory, mark_abandoned
+from salvagelane.runtime.scheduler import (
     MISSED_LIMIT,
     CronScheduler,
     ScheduleRow,
@@ -52,9 +52,9 @@ from salvagelane.scheduler import (
     plan_catch_up,
     schedule_table,
 )
-from salvagelane.serve_settings import ServeSettings
+from salvagelane.runtime.settings import ServeSettings
+from salvagelane.runtime.telemetry import NO_TELEMETRY, RunObserver
 from salvagelane.store import LeaderLock, Store
-from salvagelane.telemetry import NO_TELEMETRY, RunObserver
 from salvagelane.vocabulary import Clock, Trigger, utc_now
 
 __all__ = [
@@ -69,7 +69,7 @@ __all__ = [
 
 log = get_logger("salvagelane.service")
 
-TARGET = "salvagelane.service:fire"
+TARGET = "salvagelane.runtime.service:fire"
 """The textual job reference every scheduled job names."""
 
 Announce = Callable[[str], None]
@@ -81,7 +81,7 @@ _RETRYABLE_TRIGGERS = frozenset({Trigger.SCHEDULE, Trigger.CATCH_UP})
 
 class Dispatch(Protocol):
     """Where a leader sends fires instead of running them (``serve --dispatch queue``:
-    :class:`salvagelane.dispatch.QueueDispatch`)."""
+    :class:`salvagelane.runtime.dispatch.QueueDispatch`)."""
 
     def enqueue(
         self,
@@ -159,11 +159,11 @@ class Service:
     """One scheduler node. :meth:`serve` blocks until :meth:`request_stop`.
 
     ``connector_for`` and ``sinks_for`` build what each run calls (as for
-    :class:`~salvagelane.executor.Executor`); ``announce`` prints human lines (the
+    :class:`~salvagelane.runtime.executor.Executor`); ``announce`` prints human lines (the
     schedule table, standby and stop notices), the table as ``render_schedule`` lays it
     out (without it the leader's banner only counts the instructions); ``clock`` is the
     wall clock; ``telemetry`` is told of every fire and passed to every run's executor
-    (``serve --metrics-port``: :class:`salvagelane.metrics.Metrics`).
+    (``serve --metrics-port``: :class:`salvagelane.runtime.metrics.Metrics`).
     """
 
     def __init__(
