@@ -24,8 +24,9 @@ from structlog.testing import capture_logs
 from salvagelane.connectors import Connector
 from salvagelane.definitions import Instruction
 from salvagelane.errors import DuplicateFireError, StoreError
-from salvagelane.runtime import executor as executor_module
-from salvagelane.runtime.executor import Executor, deliver_report
+from salvagelane.runtime import attempt_loop, run_records
+from salvagelane.runtime.delivery import deliver_report
+from salvagelane.runtime.executor import Executor
 from salvagelane.sinks import build_sinks
 from salvagelane.store import RunDetail, Store
 from salvagelane.vocabulary import Trigger
@@ -278,7 +279,7 @@ def test_a_crash_right_after_the_raw_output_is_stored_keeps_it_and_leaves_the_ru
     def crash(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt  # what a killed process looks like from inside
 
-    monkeypatch.setattr(executor_module, "salvage", crash)
+    monkeypatch.setattr(attempt_loop, "salvage", crash)
     with pytest.raises(KeyboardInterrupt):
         replay_executor(store).run(project.instruction())
     (run,) = store.list_runs(instruction_id="daily-triage", limit=1)
@@ -296,7 +297,7 @@ def test_a_bug_in_salvage_is_recorded_as_a_failed_run_and_surfaces(
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("scanner bug")
 
-    monkeypatch.setattr(executor_module, "salvage", broken)
+    monkeypatch.setattr(attempt_loop, "salvage", broken)
     with pytest.raises(RuntimeError, match="scanner bug"):
         replay_executor(store).run(project.instruction())
     (run,) = store.list_runs(instruction_id="daily-triage", limit=1)
@@ -309,14 +310,14 @@ def test_a_bug_in_salvage_is_recorded_as_a_failed_run_and_surfaces(
 def test_a_database_error_while_persisting_leaves_no_half_written_report(
     project: Project, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = executor_module._quarantine_records
+    real = run_records.quarantine_records
 
     def unstorable(*args: Any, **kwargs: Any) -> list[Any]:
         records = real(*args, **kwargs)
         # Not JSON: the write fails inside the transaction, after the report row.
         return [type(r)(**{**_as_dict(r), "repaired": object()}) for r in records]
 
-    monkeypatch.setattr(executor_module, "_quarantine_records", unstorable)
+    monkeypatch.setattr(run_records, "quarantine_records", unstorable)
     with pytest.raises(StoreError, match="finish run"):
         replay_executor(store).run(project.instruction())
     (run,) = store.list_runs(instruction_id="daily-triage", limit=1)

@@ -19,13 +19,14 @@ import sqlalchemy as sa
 
 from salvagelane.connectors.replay import ReplayConnector
 from salvagelane.errors import ConfigurationError
+from salvagelane.events.kinds import FireReceived
 from salvagelane.runtime.executor import Executor
 from salvagelane.runtime.metrics import Metrics, MetricsEndpoint, expose
 from salvagelane.store import ReportItemRecord, Store
 from salvagelane.vocabulary import RunStatus, Trigger
 from tests.support.cli import FIXTURE
 from tests.support.history import seed
-from tests.support.metrics import database_figures, scrape
+from tests.support.metrics import counted_by, database_figures, scrape
 from tests.support.provider import Scripted, ScriptedServer
 from tests.support.run_setup import (
     JSON_HEADERS,
@@ -84,7 +85,7 @@ def run_the_mix(project: Project, store: Store, metrics: Metrics, provider: Scri
     late = Executor(
         store,
         connector_for=lambda instruction: ReplayConnector(FIXTURE),
-        telemetry=metrics,
+        events=counted_by(metrics),
         clock=at(FIRE + timedelta(seconds=90)),
     )
     assert late.run(replayed, trigger=Trigger.SCHEDULE, scheduled_for=FIRE).status == "partial"
@@ -104,7 +105,7 @@ def run_the_mix(project: Project, store: Store, metrics: Metrics, provider: Scri
         on_time = Executor(
             store,
             connector_for=calling,
-            telemetry=metrics,
+            events=counted_by(metrics),
             clock=at(tomorrow + timedelta(seconds=2)),
         )
         ran = on_time.run(scripted, trigger=Trigger.SCHEDULE, scheduled_for=tomorrow)
@@ -290,7 +291,7 @@ def test_the_registry_is_the_process_s_own(store: Store) -> None:
 
     first, second = Metrics(state=store.state), Metrics(state=store.state)
     assert first.registry is not second.registry is not REGISTRY
-    first.fired(instruction_id="a", trigger=Trigger.SCHEDULE)
+    first.observe(FireReceived(instruction_id="a", scheduled_for=None, trigger=Trigger.SCHEDULE))
     assert (
         first.registry.get_sample_value(
             "salvagelane_fires_total", {"instruction": "a", "trigger": "schedule"}

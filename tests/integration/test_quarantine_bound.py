@@ -21,7 +21,7 @@ from salvagelane.runtime.metrics import Metrics, MetricsEndpoint, expose
 from salvagelane.store import Store, upgrade
 from salvagelane.ui.app import Settings, create_app
 from salvagelane.ui.security import Access
-from tests.support.metrics import scrape
+from tests.support.metrics import counted_by, scrape
 from tests.support.provider import ScriptedServer
 from tests.support.run_setup import Project, chat_answer, items, openai_connector_for, provider
 
@@ -79,7 +79,7 @@ def test_an_output_of_32000_rejected_candidates_stores_a_bounded_lane(
             executor = Executor(
                 store,
                 connector_for=openai_connector_for(client, provider.base_url, key="sk-bound"),
-                telemetry=metrics,
+                events=counted_by(metrics),
             )
             outcome = executor.run(instruction)
             detail = store.get_run(outcome.run_id)

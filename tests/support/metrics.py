@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from salvagelane.events import EventStream, logged_stream
+from salvagelane.runtime.metrics import Metrics
 from salvagelane.store import QuarantineFilter, Store
 from salvagelane.vocabulary import ReviewStatus
 
@@ -111,3 +113,11 @@ def database_figures(database_url: str) -> DatabaseFigures:
 
 def _nonzero(counts: Counter[Any] | Iterable[Any]) -> dict[Any, float]:
     return {key: float(value) for key, value in dict(counts).items() if value}
+
+
+def counted_by(metrics: Metrics) -> EventStream:
+    """A logged event stream whose events ``metrics`` counts, as ``serve --metrics-port``
+    wires it."""
+    stream = logged_stream()
+    metrics.subscribe(stream)
+    return stream

@@ -187,8 +187,8 @@ def _serve(
     metrics_at: tuple[str, int] | None = None,
     queue: bool = False,
 ) -> None:
+    from salvagelane.events import logged_stream
     from salvagelane.runtime.service import Service
-    from salvagelane.runtime.telemetry import NO_TELEMETRY, RunObserver
     from salvagelane.store import Store
 
     def announce(text: str) -> None:
@@ -198,14 +198,15 @@ def _serve(
     with Store.open(url) as store, wired() as wiring, ExitStack() as serving:
         dispatch = serving.enter_context(_dispatch(url, store, queue))
         recover_spooled(store, url)
-        telemetry: RunObserver = NO_TELEMETRY
+        # One stream for the node: the log and, with --metrics-port, the metrics.
+        events = logged_stream()
         collected: Metrics | None = None
         if metrics_at is not None:
             # Imported only here: a serve without metrics loads no prometheus_client.
             from salvagelane.runtime.metrics import Metrics
 
             collected = Metrics(state=store.state, queue_stall_seconds=settings.queue_stall_seconds)
-            telemetry = collected
+            collected.subscribe(events)
         service = Service(
             settings,
             store=store,
@@ -215,7 +216,7 @@ def _serve(
             announce=announce,
             render_schedule=render_schedule_table,
             dispatch=dispatch,
-            telemetry=telemetry,
+            events=events,
         )
         # Before the banner: a directory where nothing loads stops here, not after
         # "salvagelane serve: ..." has told a supervisor that it started.

@@ -6,7 +6,6 @@ import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -27,9 +26,6 @@ from salvagelane.cli.wiring import (
 )
 from salvagelane.runtime.settings import DEFAULT_SETTINGS as SERVE_DEFAULTS
 from salvagelane.safe_text import block
-
-if TYPE_CHECKING:
-    from salvagelane.runtime.telemetry import RunObserver
 
 
 @click.command("worker", cls=Command)
@@ -84,8 +80,8 @@ def worker_command(
     (docs/guides/metrics.md), and the database's figures, as `serve` does.
     """
     from salvagelane import environment
+    from salvagelane.events import logged_stream
     from salvagelane.runtime.dispatch import QueueWorker, WorkerSettings, require_postgres
-    from salvagelane.runtime.telemetry import NO_TELEMETRY
     from salvagelane.store import Store
 
     url = require_postgres(environment.database_url(database), "salvagelane worker")
@@ -119,14 +115,14 @@ def worker_command(
 
     with Store.open(url) as store, wired() as wiring, ExitStack() as serving:
         recover_spooled(store, url)
-        telemetry: RunObserver = NO_TELEMETRY
+        events = logged_stream()  # the log and, with --metrics-port, the metrics
         metrics_url = None
         if metrics_port is not None:
             # Imported only here: a worker without metrics loads no prometheus_client.
             from salvagelane.runtime.metrics import Metrics
 
             collected = Metrics(state=store.state)
-            telemetry = collected
+            collected.subscribe(events)
             metrics_url = expose_metrics(serving, collected, metrics_port, metrics_host)
         worker = QueueWorker(
             settings,
@@ -136,7 +132,7 @@ def worker_command(
             sinks_for=wiring.sinks_for,
             announce=announce,
             abandon=abandon,
-            telemetry=telemetry,
+            events=events,
         )
         worker.load()
         announce(

@@ -15,6 +15,24 @@ from typing import ClassVar
 
 from salvagelane.vocabulary import RunStatus, Trigger
 
+LAGGED_TRIGGERS = frozenset({Trigger.SCHEDULE, Trigger.CATCH_UP})
+"""The triggers of a run that has a fire time to be late for."""
+
+
+def fire_lag_seconds(
+    *,
+    trigger: Trigger,
+    scheduled_for: datetime | None,
+    started_at: datetime,
+    retry_of: str | None,
+) -> float | None:
+    """How late a run started for its fire (start minus fire time, never below 0), or
+    None when it has no fire to be late for: manual and replay runs, and the retry of an
+    interrupted run, whose lateness is mostly the first run's duration."""
+    if trigger not in LAGGED_TRIGGERS or scheduled_for is None or retry_of is not None:
+        return None
+    return max(0.0, (started_at - scheduled_for).total_seconds())
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Event:
@@ -45,6 +63,16 @@ class RunStarted(RunEvent):
     scheduled_for: datetime | None
     started_at: datetime
     retry_of: str | None
+
+    @property
+    def fire_lag_seconds(self) -> float | None:
+        """How late the run started for its fire (see :func:`fire_lag_seconds`)."""
+        return fire_lag_seconds(
+            trigger=self.trigger,
+            scheduled_for=self.scheduled_for,
+            started_at=self.started_at,
+            retry_of=self.retry_of,
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

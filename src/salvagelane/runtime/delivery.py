@@ -24,7 +24,14 @@ from typing import Any
 
 from salvagelane.definitions import Instruction
 from salvagelane.errors import ConfigurationError, NotFoundError, SalvagelaneError
-from salvagelane.logs import bound, get_logger
+from salvagelane.events import EventStream, logged_stream
+from salvagelane.events.kinds import (
+    DeliveryDone,
+    DeliveryFailed,
+    DeliveryGivenUp,
+    DeliveryOvertaken,
+)
+from salvagelane.logs import bound
 from salvagelane.sinks import DeliveryOutcome, Sink, deliver_one, describe, run_address
 from salvagelane.store import (
     ClaimedDelivery,
@@ -35,8 +42,6 @@ from salvagelane.store import (
     Store,
 )
 from salvagelane.vocabulary import Clock, DeliveryStatus, utc_now
-
-log = get_logger("salvagelane.delivery")
 
 SinkFactory = Callable[[Instruction], Sequence[Sink]]
 SinksForRun = Callable[[DeliveryRun], Sequence[Sink]]
@@ -134,13 +139,15 @@ def deliver_claimed(
     *,
     clock: Clock = utc_now,
     policy: DeliveryPolicy = DEFAULT_POLICY,
+    events: EventStream | None = None,
 ) -> tuple[DeliveryOutcome, ...]:
     """Send ``payload`` (a stored report) to each claimed delivery's sink, in order, and
     record each result."""
+    stream = events or logged_stream()
     outcomes: list[DeliveryOutcome] = []
     for claim, sink in claimed:
         outcome = deliver_one(sink, payload)
-        _record(store, claim, outcome.error, clock=clock, policy=policy)
+        _record(store, claim, outcome.error, clock=clock, policy=policy, events=stream)
         outcomes.append(outcome)
     return tuple(outcomes)
 
@@ -152,6 +159,7 @@ def deliver_report(
     *,
     clock: Clock = utc_now,
     policy: DeliveryPolicy = DEFAULT_POLICY,
+    events: EventStream | None = None,
 ) -> tuple[DeliveryOutcome, ...]:
     """Deliver a stored run's report, as stored, to ``sinks`` (``salvagelane runs
     redeliver RUN_ID``). Each sink's undelivered delivery is claimed, due or not; a sink
@@ -171,7 +179,9 @@ def deliver_report(
             lease_until=policy.lease_until(now),
         )
         outcomes.extend(
-            deliver_claimed(store, [(claim, sink)], payload, clock=clock, policy=policy)
+            deliver_claimed(
+                store, [(claim, sink)], payload, clock=clock, policy=policy, events=events
+            )
         )
     return tuple(outcomes)
 
@@ -187,6 +197,7 @@ def redeliver_due(
     limit: int = DEFAULT_LIMIT,
     policy: DeliveryPolicy = DEFAULT_POLICY,
     clock: Clock | None = None,
+    events: EventStream | None = None,
 ) -> list[SinkDeliveryView]:
     """Deliver the deliveries due at ``now``, at most ``limit``; returns them as stored
     afterwards (a result another process overtook is left out).
@@ -199,17 +210,19 @@ def redeliver_due(
     Results are recorded at ``clock()`` (default: ``now``).
     """
     timed = clock or (lambda: now)
+    stream = events or logged_stream()
     results = store.deliveries.give_up_exhausted(
         now=now, max_attempts=policy.max_attempts, limit=limit
     )
     for view in results:
-        log.warning(
-            "sink.given_up",
-            run_id=view.run_id,
-            target=view.target,
-            kind=view.kind,
-            attempts=view.attempts,
-            error=view.error,
+        stream.publish(
+            DeliveryGivenUp(
+                run_id=view.run_id,
+                target=view.target,
+                kind=view.kind,
+                attempt=view.attempts,
+                error=view.error,
+            )
         )
     claims = store.deliveries.claim_due(
         now=now,
@@ -220,7 +233,9 @@ def redeliver_due(
     runs = _RunSinks(store, sinks_for_run)
     for claim in claims:
         with bound(run_id=claim.run.id, instruction=claim.run.instruction_id):
-            recorded = _record(store, claim, runs.send(claim), clock=timed, policy=policy)
+            recorded = _record(
+                store, claim, runs.send(claim), clock=timed, policy=policy, events=stream
+            )
         if recorded is not None:
             results.append(recorded)
     return results
@@ -232,6 +247,7 @@ def redeliver_open(
     sinks_for_run: SinksForRun,
     clock: Clock = utc_now,
     policy: DeliveryPolicy = DEFAULT_POLICY,
+    events: EventStream | None = None,
 ) -> Iterator[Redelivery]:
     """Deliver every undelivered delivery by hand, due or not, given up or not
     (``salvagelane runs redeliver --pending``), yielding each as it is done.
@@ -240,14 +256,21 @@ def redeliver_open(
     that another process claims meanwhile, is skipped: nothing is sent, nothing written,
     so an operator's mistake (a wrong ``--instructions``) costs no try.
     """
+    stream = events or logged_stream()
     runs = _RunSinks(store, sinks_for_run)
     for entry in store.deliveries.list_open():
         with bound(run_id=entry.run.id, instruction=entry.run.instruction_id):
-            yield _redeliver(store, entry, runs, clock=clock, policy=policy)
+            yield _redeliver(store, entry, runs, clock=clock, policy=policy, events=stream)
 
 
 def _redeliver(
-    store: Store, entry: OpenDelivery, runs: _RunSinks, *, clock: Clock, policy: DeliveryPolicy
+    store: Store,
+    entry: OpenDelivery,
+    runs: _RunSinks,
+    *,
+    clock: Clock,
+    policy: DeliveryPolicy,
+    events: EventStream,
 ) -> Redelivery:
     view = entry.delivery
     sink, problem = runs.sink_for(entry)
@@ -266,7 +289,7 @@ def _redeliver(
             delivery=store.deliveries.get(view.id), skipped="another process claimed it meanwhile"
         )
     error = deliver_one(sink, payload).error
-    recorded = _record(store, claim, error, clock=clock, policy=policy)
+    recorded = _record(store, claim, error, clock=clock, policy=policy, events=events)
     # Overtaken after sending: what the newer try recorded is what stands.
     return Redelivery(delivery=recorded or store.deliveries.get(view.id))
 
@@ -359,17 +382,22 @@ def _record(
     *,
     clock: Clock,
     policy: DeliveryPolicy,
+    events: EventStream,
 ) -> SinkDeliveryView | None:
     now = clock()
     retry_at = None if error is None else policy.retry_at(claim.attempts, now)
     recorded = store.deliveries.record_result(claim, error=error, now=now, retry_at=retry_at)
-    fields: dict[str, Any] = {"target": claim.target, "kind": claim.kind, "attempt": claim.attempts}
+    fields: dict[str, Any] = {
+        "run_id": claim.run.id,
+        "target": claim.target,
+        "kind": claim.kind,
+        "attempt": claim.attempts,
+    }
     if recorded is None:
         # Its lease ran out and another process took the delivery over: its result stands.
-        log.warning("sink.overtaken", **fields, error=error)
+        events.publish(DeliveryOvertaken(**fields, error=error))
     elif error is None:
-        log.info("sink.delivered", **fields)
+        events.publish(DeliveryDone(**fields))
     else:
-        next_at = None if retry_at is None else retry_at.isoformat()
-        log.warning("sink.failed", **fields, error=error, next_attempt_at=next_at)
+        events.publish(DeliveryFailed(**fields, error=error, next_attempt_at=retry_at))
     return recorded

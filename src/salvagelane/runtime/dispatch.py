@@ -64,9 +64,9 @@ except ImportError as exc:
 
 from salvagelane.definitions import Instruction
 from salvagelane.definitions.directory import load_definitions, require_loadable
+from salvagelane.events import EventStream, logged_stream
 from salvagelane.logs import bound, get_logger
 from salvagelane.runtime.executor import ConnectorFactory, Executor, SinkFactory, mark_abandoned
-from salvagelane.runtime.telemetry import NO_TELEMETRY, RunObserver
 from salvagelane.store import QueuedRun, Store, database_url, masked_url
 from salvagelane.store.engine import describe
 from salvagelane.store.leadership import lock_key
@@ -318,12 +318,12 @@ class QueueWorker:
         announce: Announce = lambda line: None,
         abandon: Callable[[tuple[str, ...]], None] = lambda runs: None,
         clock: Clock = utc_now,
-        telemetry: RunObserver = NO_TELEMETRY,
+        events: EventStream | None = None,
     ) -> None:
         if problem := settings.problem():
             raise ConfigurationError(f"worker: {problem}")
         self._abandon = abandon
-        self._telemetry = telemetry  # each run's events (`worker --metrics-port`)
+        self._events = events or logged_stream()  # each run's events
         self._settings = settings
         self._url = require_postgres(url, "salvagelane worker")
         self._conninfo = _conninfo(self._url)
@@ -477,7 +477,7 @@ class QueueWorker:
             heartbeat_seconds=self._settings.heartbeat_seconds,
             on_claimed=claimed,
             should_stop=cancelled,
-            telemetry=self._telemetry,
+            events=self._events,
         )
         try:
             executor.run(

@@ -4,10 +4,10 @@ prometheus_client (ADR 0014).
 Two kinds, on one registry per process (:class:`Metrics`; never prometheus_client's global
 one, so tests and several services in one process each have their own):
 
-- **Event metrics**, counted as the process sees them happen: :class:`Metrics` is the
-  :class:`~salvagelane.runtime.telemetry.RunObserver` the executor and the service report to
-  (fires, fire lag, run and model-call durations, provider errors, retries, tokens,
-  items kept and quarantined). They start at zero with the process, as counters do;
+- **Event metrics**, counted as the process sees them happen: :class:`Metrics`
+  subscribes to the process's run events (:mod:`salvagelane.events`: fires, fire lag,
+  run and model-call durations, provider errors, retries, tokens, items kept and
+  quarantined). They start at zero with the process, as counters do;
   ``rate()`` and ``increase()`` handle the restarts.
 - **State metrics**, read from the database at every scrape (:class:`StateCollector`,
   through :attr:`Store.state <salvagelane.store.Store.state>`): runs by instruction and
@@ -27,7 +27,7 @@ from __future__ import annotations
 import ipaddress
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -54,10 +54,17 @@ except ImportError as exc:
         "--metrics-port needs the metrics packages (prometheus-client)", extra="metrics"
     ) from exc
 
+from salvagelane.events import Event, EventStream, Subscription
+from salvagelane.events.kinds import (
+    FireReceived,
+    ModelCalled,
+    RetryAsked,
+    RunFinished,
+    RunStarted,
+)
 from salvagelane.logs import get_logger
 from salvagelane.runtime.settings import DEFAULT_QUEUE_STALL_SECONDS
-from salvagelane.runtime.telemetry import NOTHING_FOLDED, fire_lag_seconds
-from salvagelane.vocabulary import Clock, RunStatus, Trigger, utc_now
+from salvagelane.vocabulary import Clock, utc_now
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -88,9 +95,9 @@ DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 12
 
 
 class Metrics:
-    """The metrics of one process: its registry, the event metrics (it is the
-    :class:`~salvagelane.runtime.telemetry.RunObserver` to pass to the executor and the service)
-    and, given a store's :class:`~salvagelane.store.StateReader`, the state metrics.
+    """The metrics of one process: its registry, the event metrics (counted from the
+    events it is subscribed to: :meth:`subscribe`) and, given a store's
+    :class:`~salvagelane.store.StateReader`, the state metrics.
 
     ``process``: also register prometheus_client's process, platform and garbage
     collector metrics (``process_resident_memory_bytes``, ...); off in tests that make
@@ -193,56 +200,53 @@ class Metrics:
             if GC_COLLECTOR is not None:
                 GCCollector(registry=registry)
 
-    # --- the RunObserver ------------------------------------------------------------------
+    # --- the event metrics -----------------------------------------------------------------
 
-    def fired(self, *, instruction_id: str, trigger: Trigger) -> None:
-        self._fires.labels(instruction_id, str(trigger)).inc()
+    COUNTED: tuple[type[Event], ...] = (
+        FireReceived,
+        RunStarted,
+        ModelCalled,
+        RetryAsked,
+        RunFinished,
+    )
+    """The events the metrics count (a test holds every counted fact to be an event)."""
 
-    def run_started(
-        self,
-        *,
-        instruction_id: str,
-        trigger: Trigger,
-        scheduled_for: datetime | None,
-        started_at: datetime,
-        retry_of: str | None,
-    ) -> None:
-        lag = fire_lag_seconds(
-            trigger=trigger, scheduled_for=scheduled_for, started_at=started_at, retry_of=retry_of
-        )
-        if lag is not None:
-            self._fire_lag.labels(str(trigger)).observe(lag)
+    def subscribe(self, events: EventStream) -> Subscription:
+        """Count the events of ``events`` from now on."""
+        return events.subscribe(self.observe, self.COUNTED)
 
-    def model_call(self, *, instruction_id: str, seconds: float, outcome: str) -> None:
-        self._model_call.labels(instruction_id, outcome).observe(max(0.0, seconds))
-
-    def provider_error(self, *, instruction_id: str, kind: str) -> None:
-        self._provider_errors.labels(instruction_id, kind).inc()
-
-    def retry(self, *, instruction_id: str, cause: str) -> None:
-        self._retries.labels(instruction_id, cause).inc()
-
-    def tokens(self, *, instruction_id: str, prompt: int, completion: int) -> None:
-        # Both series exist after the first call, even at 0: rate() needs a start.
-        self._tokens.labels(instruction_id, "input").inc(max(0, prompt))
-        self._tokens.labels(instruction_id, "output").inc(max(0, completion))
-
-    def run_finished(
-        self,
-        *,
-        instruction_id: str,
-        status: RunStatus,
-        seconds: float,
-        kept: int,
-        quarantined: Mapping[str, int],
-        folded: Mapping[str, int] = NOTHING_FOLDED,
-    ) -> None:
-        self._run_duration.labels(instruction_id, str(status)).observe(max(0.0, seconds))
-        self._kept.labels(instruction_id).inc(max(0, kept))
-        for reason, count in quarantined.items():
-            self._quarantined.labels(instruction_id, reason).inc(max(0, count))
-        for reason, count in folded.items():
-            self._folded.labels(instruction_id, reason).inc(max(0, count))
+    def observe(self, event: Event) -> None:
+        """Count one event (the stream calls it in the run's thread: it must be quick)."""
+        if isinstance(event, FireReceived):
+            self._fires.labels(event.instruction_id, str(event.trigger)).inc()
+        elif isinstance(event, RunStarted):
+            lag = event.fire_lag_seconds
+            if lag is not None:
+                self._fire_lag.labels(str(event.trigger)).observe(lag)
+        elif isinstance(event, ModelCalled):
+            self._model_call.labels(event.instruction_id, event.outcome).observe(
+                max(0.0, event.seconds)
+            )
+            if event.outcome == "error" and event.error_kind is not None:
+                self._provider_errors.labels(event.instruction_id, event.error_kind).inc()
+            elif event.outcome == "ok":
+                # Both series exist after the first call, even at 0: rate() needs a start.
+                self._tokens.labels(event.instruction_id, "input").inc(max(0, event.prompt_tokens))
+                self._tokens.labels(event.instruction_id, "output").inc(
+                    max(0, event.completion_tokens)
+                )
+        elif isinstance(event, RetryAsked):
+            self._retries.labels(event.instruction_id, event.cause).inc()
+        elif isinstance(event, RunFinished):
+            instruction = event.instruction_id
+            self._run_duration.labels(instruction, str(event.status)).observe(
+                max(0.0, event.seconds)
+            )
+            self._kept.labels(instruction).inc(max(0, event.kept))
+            for reason, count in event.by_reason.items():
+                self._quarantined.labels(instruction, reason).inc(max(0, count))
+            for reason, count in event.folded.items():
+                self._folded.labels(instruction, reason).inc(max(0, count))
 
 
 # --- the state, from the database ---------------------------------------------------------------

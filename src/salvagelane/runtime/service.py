@@ -41,6 +41,8 @@ from salvagelane.errors import (
     DuplicateFireError,
     SalvagelaneError,
 )
+from salvagelane.events import EventStream, logged_stream
+from salvagelane.events.kinds import FireReceived
 from salvagelane.logs import bound, get_logger
 from salvagelane.runtime.delivery import redeliver_due, sinks_from_definitions
 from salvagelane.runtime.executor import ConnectorFactory, Executor, SinkFactory, mark_abandoned
@@ -53,7 +55,6 @@ from salvagelane.runtime.scheduler import (
     schedule_table,
 )
 from salvagelane.runtime.settings import ServeSettings
-from salvagelane.runtime.telemetry import NO_TELEMETRY, RunObserver
 from salvagelane.store import LeaderLock, Store
 from salvagelane.vocabulary import Clock, Trigger, utc_now
 
@@ -177,7 +178,7 @@ class Service:
         announce: Announce = lambda line: None,
         render_schedule: RenderSchedule | None = None,
         clock: Clock = utc_now,
-        telemetry: RunObserver = NO_TELEMETRY,
+        events: EventStream | None = None,
         dispatch: Dispatch | None = None,
     ) -> None:
         if problem := settings.problem():
@@ -191,7 +192,7 @@ class Service:
         self._announce = announce
         self._render_schedule = render_schedule
         self._clock = clock
-        self._telemetry = telemetry  # told of fires, and passed to each run (issue 17)
+        self._events = events or logged_stream()  # fires, and each run's events
         self._flags = _Flags()
         self._guard = threading.Lock()
         self._definitions: Mapping[str, Instruction] = {}
@@ -670,8 +671,14 @@ class Service:
             if instruction is None:
                 log.warning("fire.unknown", **fields)
                 return
-            log.info("fire", **fields)
-            self._telemetry.fired(instruction_id=instruction_id, trigger=trigger)
+            self._events.publish(
+                FireReceived(
+                    instruction_id=instruction_id,
+                    scheduled_for=scheduled_for,
+                    trigger=trigger,
+                    retry_of=retry_of,
+                )
+            )
             if self._dispatch is not None:
                 self._enqueue(self._dispatch, instruction, scheduled_for, trigger, retry_of, fields)
                 return
@@ -715,7 +722,7 @@ class Service:
             sinks_for=self._sinks_for,
             heartbeat_seconds=self._settings.heartbeat_seconds,
             on_claimed=on_claimed,
-            telemetry=self._telemetry,
+            events=self._events,
         )
         try:
             executor.run(

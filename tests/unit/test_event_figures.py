@@ -1,4 +1,4 @@
-"""The calculations the metrics observer makes (salvagelane.runtime.telemetry), pure."""
+"""The figures the run events carry and the metrics count, pure."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from salvagelane.runtime.telemetry import error_kind, fire_lag_seconds, usage_tokens
+from salvagelane.events.kinds import fire_lag_seconds
+from salvagelane.runtime.attempt_loop import error_kind, usage_tokens
 from salvagelane.vocabulary import Trigger
 
 FIRE = datetime(2026, 11, 23, 5, 20, tzinfo=UTC)
