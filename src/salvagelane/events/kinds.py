@@ -590,7 +590,10 @@ class QueueCheckFailed(Event):
 EVENT_TYPES: tuple[type[Event], ...] = tuple(
     kind
     for kind in list(globals().values())
-    if isinstance(kind, type) and issubclass(kind, Event) and "name" in vars(kind)
+    if isinstance(kind, type)
+    and issubclass(kind, Event)
+    and kind is not Event
+    and "name" in vars(kind)
 )
 """Every event a stream can carry: the classes that name themselves, in this module's
 order (the module's globals hold the slotted classes, not the ones they replaced)."""
