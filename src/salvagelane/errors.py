@@ -4,19 +4,19 @@ Foreign exceptions (json, jsonschema, OS errors) are translated once, at the
 boundary where they happen, with ``raise ... from exc``. Messages say what was
 wrong, where, and what was expected.
 
-The hierarchy follows what went wrong, not how a caller answers it. Four kinds say what
-an operator's request met, and each front end maps them in one place (the command line's
-exit codes in :func:`salvagelane.cli.app.exit_code_for`, the review page's HTTP statuses
-in :func:`salvagelane.ui.app.status_for`):
+The hierarchy follows what went wrong, not how a caller answers it. Each error is of one
+of these kinds, and each front end maps the kinds in one place (the command line's exit
+codes in :func:`salvagelane.cli.app.exit_code_for`, the review page's HTTP statuses in
+:func:`salvagelane.ui.app.status_for`):
 
 - :class:`RefusedInputError`: what was given (an option, a file, a form field, a URL, a
   definition) cannot be used as given;
 - :class:`NotFoundError`: an id that names nothing;
 - :class:`ConflictError`: something that exists, but not in the state the action needs;
-- :class:`UnavailableError`: a database or service that cannot serve the request now.
-
-Errors of an operation that was tried and failed (a provider, a sink, the store, the
-queue) sit beside them.
+- :class:`UnavailableError`: a database or service that cannot serve the request now;
+- :class:`FailedOperationError`: an operation that was tried and failed (a provider
+  call, a sink, a database read or write, the task queue);
+- :class:`InternalError`: salvagelane broke one of its own rules (a bug to report).
 """
 
 from __future__ import annotations
@@ -49,6 +49,17 @@ class UnavailableError(SalvagelaneError):
     """A database or service that cannot serve the request now: missing, unreachable,
     behind the code's revision, held by another process. The command line exits 2, the
     review page answers 503."""
+
+
+class FailedOperationError(SalvagelaneError):
+    """An operation that was tried and failed: a provider call, a delivery, a database
+    read or write, the task queue. The command line exits 1 (the review page: 503 for the
+    database, 500 otherwise)."""
+
+
+class InternalError(SalvagelaneError):
+    """salvagelane broke one of its own rules (a state its code should never reach): a
+    bug to report. The command line exits 1, the review page answers 500."""
 
 
 class MissingExtraError(UnavailableError):
@@ -105,7 +116,7 @@ class InputError(RefusedInputError):
     """Raw input could not be read at all (not: could not be salvaged)."""
 
 
-class ConnectorError(SalvagelaneError):
+class ConnectorError(FailedOperationError):
     """An LLM call could not be made: a missing API key, an unusable fixture, a bad setting.
 
     Messages name environment variables, never their values.
@@ -137,7 +148,7 @@ class ProviderError(ConnectorError):
         self.retry_after = retry_after
 
 
-class StoreError(SalvagelaneError):
+class StoreError(FailedOperationError):
     """The database could not be opened, migrated, read or written.
 
     Messages name the database (with any password masked) and the operation. A write or
@@ -204,7 +215,7 @@ class ReviewStateError(ConflictError):
     bulk reject whose items changed since they were confirmed. Nothing was changed."""
 
 
-class SinkError(SalvagelaneError):
+class SinkError(FailedOperationError):
     """A report sink could not deliver the report. ``target`` names where it was going
     (a path, URL or callable, never a secret)."""
 
@@ -240,7 +251,7 @@ def not_utf8(exc: UnicodeDecodeError) -> str:
     return f"{byte} at offset {exc.start} is not valid UTF-8"
 
 
-class QueueError(SalvagelaneError):
+class QueueError(FailedOperationError):
     """The task queue (``serve --dispatch queue``, ``salvagelane worker``; docs/adr/0013)
     refused or failed: a job could not be enqueued, cancelled or run."""
 

@@ -18,7 +18,9 @@ from salvagelane.errors import (
     DatabaseUrlError,
     DefinitionError,
     DuplicateFireError,
+    FailedOperationError,
     InputError,
+    InternalError,
     MissingExtraError,
     NotFoundError,
     OutdatedDatabaseError,
@@ -52,12 +54,37 @@ CASES: list[tuple[SalvagelaneError, type[SalvagelaneError] | None, int, int]] = 
     (OutdatedDatabaseError("db upgrade"), UnavailableError, EXIT_USAGE, 503),
     (ServeLockedError("held"), UnavailableError, EXIT_USAGE, 503),
     (MissingExtraError("needs the queue", extra="queue"), UnavailableError, EXIT_USAGE, 503),
-    (StoreError("disk full"), None, EXIT_INVALID, 503),
-    (AttemptNotStoredError("spooled", spool_file=None), None, EXIT_INVALID, 503),
-    (ConnectorError("no key"), None, EXIT_INVALID, 500),
-    (SinkError("refused", target="x"), None, EXIT_INVALID, 500),
-    (QueueError("no queue"), None, EXIT_INVALID, 500),
+    (StoreError("disk full"), FailedOperationError, EXIT_INVALID, 503),
+    (AttemptNotStoredError("spooled", spool_file=None), FailedOperationError, EXIT_INVALID, 503),
+    (ConnectorError("no key"), FailedOperationError, EXIT_INVALID, 500),
+    (SinkError("refused", target="x"), FailedOperationError, EXIT_INVALID, 500),
+    (QueueError("no queue"), FailedOperationError, EXIT_INVALID, 500),
+    (InternalError("a state the code never reaches"), InternalError, EXIT_INVALID, 500),
 ]
+
+KINDS = (
+    RefusedInputError,
+    NotFoundError,
+    ConflictError,
+    UnavailableError,
+    FailedOperationError,
+    InternalError,
+)
+
+
+def _concrete_errors(base: type[SalvagelaneError]) -> list[type[SalvagelaneError]]:
+    found = []
+    for sub in base.__subclasses__():
+        found.append(sub)
+        found.extend(_concrete_errors(sub))
+    return found
+
+
+def test_every_error_class_is_of_a_kind() -> None:
+    unplaced = [
+        cls.__name__ for cls in _concrete_errors(SalvagelaneError) if not issubclass(cls, KINDS)
+    ]
+    assert unplaced == []
 
 
 @pytest.mark.parametrize(("error", "kind", "code", "status"), CASES)

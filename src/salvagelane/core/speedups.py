@@ -14,6 +14,7 @@ the reference loops on a machine that has the compiled ones.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
@@ -50,11 +51,12 @@ def _not_checked(text: str, start: int, end: int) -> int:
 
 
 def _load() -> ModuleType | None:
+    # By its full name, not ``from salvagelane.core import``: that would import the core's
+    # package from one of its own modules (an import cycle).
     try:
-        from salvagelane.core import _speedups
+        compiled: ModuleType = importlib.import_module("salvagelane.core._speedups")
     except ImportError:  # built without a C compiler: the Python loops run
         return None
-    compiled: ModuleType = _speedups
     return compiled
 
 

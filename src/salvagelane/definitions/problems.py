@@ -6,12 +6,18 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from salvagelane.errors import DefinitionError
 
-if TYPE_CHECKING:
-    from salvagelane.definitions.model import Instruction
+
+class Sourced(Protocol):
+    """What a problem is reported against: an instruction, by the file it came from.
+    (A protocol, not the Instruction class: the model imports this module.)"""
+
+    @property
+    def source(self) -> object: ...
+
 
 _RECEIVED_CHARS = 80
 
@@ -104,7 +110,7 @@ def quoted(values: Iterable[Any]) -> str:
     return ", ".join(json.dumps(v, ensure_ascii=False) for v in values)
 
 
-def fail(instruction: Instruction, path: PathParts, message: str) -> DefinitionError:
+def fail(instruction: Sourced, path: PathParts, message: str) -> DefinitionError:
     source = str(instruction.source)
     shown = f"{format_path(path)}: {one_line(message)}"
     return DefinitionError(

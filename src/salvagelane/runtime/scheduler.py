@@ -45,8 +45,8 @@ from salvagelane.definitions.cron import cron_fields, month_numbers, weekday_num
 from salvagelane.definitions.model import Instruction, Schedule
 from salvagelane.errors import (
     ConfigurationError,
+    InternalError,
     NotFoundError,
-    SalvagelaneError,
     UnresolvedCallableError,
 )
 
@@ -395,7 +395,7 @@ def run_scheduled(
     schedule = Schedule(cron=cron, timezone=timezone)
     scheduled = latest_fire_time(schedule, now, look_back=timedelta(seconds=grace_seconds + 60))
     if scheduled is None:
-        raise SalvagelaneError(
+        raise InternalError(
             f"instruction {instruction_id!r}: no fire of {cron!r} ({timezone}) within "
             f"{grace_seconds} s before {now.isoformat()}"
         )
