@@ -181,7 +181,7 @@ def run_queries(url: str, repeat: int, *, plans: bool) -> None:
 
 
 def _statement(where: QuarantineFilter) -> sa.Select[tuple[QuarantinedItemRow]]:
-    from salvagelane.store.review import _matching
+    from salvagelane.store.quarantine_lane import _matching
 
     return _matching(where).add_columns(AttemptRow.number)
 

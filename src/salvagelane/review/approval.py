@@ -7,7 +7,7 @@ item that passes is appended to the run's report and the quarantined one is mark
 approved; one that does not changes nothing but the audit trail. Either way the answer
 is a value (:class:`Approved` or :class:`Refused`) for the caller to show.
 
-The store records (:mod:`salvagelane.store.review`); this module decides.
+The store records (:mod:`salvagelane.store.quarantine_lane`); this module decides.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from salvagelane.store import (
     ReportItemRecord,
     Store,
 )
-from salvagelane.store.review import INPUT_HEAD_BYTES, require_pending, require_report
+from salvagelane.store.quarantine_lane import INPUT_HEAD_BYTES, require_pending, require_report
 from salvagelane.vocabulary import ItemOrigin
 
 _CHUNK = 1 << 16

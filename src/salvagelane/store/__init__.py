@@ -29,9 +29,9 @@ from salvagelane.store.leadership import (
     SqliteServeLock,
     leader_lock_for,
 )
+from salvagelane.store.quarantine_lane import QuarantineLane
 from salvagelane.store.queued import QueuedRun, QueuedRuns, SettledRun
 from salvagelane.store.repository import Store
-from salvagelane.store.review import QuarantineLane
 from salvagelane.store.state import StateReader, StoreState
 from salvagelane.store.values import (
     ApprovalView,

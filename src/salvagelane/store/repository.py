@@ -61,8 +61,8 @@ from salvagelane.store.models import (
     ReportRow,
     RunRow,
 )
+from salvagelane.store.quarantine_lane import QuarantineLane
 from salvagelane.store.queued import QueuedRuns
-from salvagelane.store.review import QuarantineLane
 from salvagelane.store.spool import Imported, SpooledAttempt
 from salvagelane.store.state import StateReader
 from salvagelane.store.values import (
