@@ -100,6 +100,8 @@ def _plain(value: Any) -> Any:
         return value.astimezone(UTC).isoformat()
     if isinstance(value, Enum):
         return str(value.value)
+    if isinstance(value, float):
+        return round(value, 3)  # durations: a millisecond is what a reader can use
     if isinstance(value, Mapping):
         return {str(key): _plain(item) for key, item in value.items()}
     if isinstance(value, tuple | list):
