@@ -3,17 +3,21 @@ PostgreSQL; a subscriber that fails on every event changes nothing of the run.""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from salvagelane.events import Event, EventStream, logged_stream
-from salvagelane.events.kinds import RunEvent, RunFinished
+from salvagelane.events.kinds import ItemReviewed, ItemsRejected, RunEvent, RunFinished
+from salvagelane.review.approval import reject_quarantined
 from salvagelane.store import Store
 from salvagelane.vocabulary import RunStatus, Trigger
 from tests.support.run_setup import Project, replay_executor, store
 
 __all__ = ["store"]
+
+NOW = datetime(2026, 11, 28, 9, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -69,3 +73,16 @@ def test_a_failing_subscriber_never_fails_the_run(project: Project, store: Store
     assert stored.status == "partial"
     assert stored.report is not None
     assert len(stored.report.items) == 7
+
+
+def test_review_decisions_are_events(project: Project, store: Store) -> None:
+    outcome = replay_executor(store).run(project.instruction())
+    (held,) = store.get_run(outcome.run_id).quarantined
+    stream = EventStream()
+    seen: list[Event] = []
+    stream.subscribe(seen.append, [ItemReviewed, ItemsRejected])
+    reject_quarantined(store, held.id, actor="alice", note="cut off", now=NOW, events=stream)
+    assert seen == [
+        ItemReviewed(quarantine_id=held.id, run_id=outcome.run_id, action="rejected", actor="alice")
+    ]
+    assert store.quarantine.get_quarantine(held.id).review_status == "rejected"

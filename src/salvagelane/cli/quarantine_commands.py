@@ -170,6 +170,7 @@ def _reject_all(
         raise click.UsageError(
             f"--reject-all rejects pending items: it cannot take --status {where.review_status}"
         )
+    from salvagelane.review.approval import reject_matching
     from salvagelane.store import BulkSelection
 
     pending = replace(where, review_status=ReviewStatus.PENDING)
@@ -188,7 +189,8 @@ def _reject_all(
                 raise click.exceptions.Exit(EXIT_INVALID)
             # Only the items counted in the question: one quarantined while it waited for
             # its answer stays pending (the store refuses if the counted ones changed).
-            rejected = store.quarantine.reject_matching(
+            rejected = reject_matching(
+                store,
                 pending,
                 actor=actor_of(by),
                 note=note,
@@ -406,11 +408,13 @@ def quarantine_reject_command(
     quarantine_id: int, note: str, by: str | None, database: str | None
 ) -> None:
     """Reject pending quarantined item ID: it stays out of the report."""
+    from salvagelane.review.approval import reject_quarantined
+
     if not note.strip():
         raise click.UsageError("--note: say why the item is rejected")
     with open_store(database) as store:
-        held = store.quarantine.reject_quarantined(
-            quarantine_id, actor=actor_of(by), note=note, now=datetime.now(UTC)
+        held = reject_quarantined(
+            store, quarantine_id, actor=actor_of(by), note=note, now=datetime.now(UTC)
         )
     click.echo(f"rejected #{held.id} ({line(held.reason)}, run {line(held.run_id[:8])})")
 

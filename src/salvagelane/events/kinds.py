@@ -462,6 +462,31 @@ class RedeliveryFailed(Event):
     name: ClassVar[str] = "delivery.redeliver_failed"
 
 
+# --- a review ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ItemReviewed(Event):
+    """An operator acted on a quarantined item: ``approved`` (the corrected item joined
+    the report), ``refused`` (the guardrails refused the correction; it stays pending)
+    or ``rejected``."""
+
+    name: ClassVar[str] = "review.recorded"
+    quarantine_id: int
+    run_id: str
+    action: str
+    actor: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ItemsRejected(Event):
+    """An operator rejected the pending items a filter matched, confirmed as counted."""
+
+    name: ClassVar[str] = "review.bulk_rejected"
+    quarantine_ids: tuple[int, ...]
+    actor: str
+
+
 # --- a node -----------------------------------------------------------------------------------
 
 

@@ -63,6 +63,9 @@ LEVELS: Mapping[type[Event], str] = {
     kinds.DeliveryOvertaken: _WARNING,
     kinds.DeliveryGivenUp: _WARNING,
     kinds.RedeliveryFailed: _ERROR,
+    # Debug: the audit trail records each decision, and a command prints its own.
+    kinds.ItemReviewed: _DEBUG,
+    kinds.ItemsRejected: _DEBUG,
     kinds.LeaderStandby: _INFO,
     kinds.LeaderAcquired: _INFO,
     kinds.LeaderLost: _ERROR,

@@ -23,11 +23,16 @@ from salvagelane.core import AcceptedItem, QuarantinedItem, SalvagePolicy, check
 from salvagelane.core.records import CorrectionSignal
 from salvagelane.definitions import salvage_policy_for
 from salvagelane.errors import InputError, not_utf8
+from salvagelane.events import EventStream, logged_stream
+from salvagelane.events.kinds import ItemReviewed, ItemsRejected
 from salvagelane.review.run_definitions import choose_definition
 from salvagelane.store import (
     ApprovalView,
+    BulkSelection,
     InputDigest,
     QuarantineDetail,
+    QuarantineFilter,
+    QuarantineView,
     ReportItemRecord,
     Store,
 )
@@ -121,6 +126,7 @@ def approve_quarantined(
     note: str | None,
     tell: Callable[[str], None] = lambda text: None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    events: EventStream | None = None,
 ) -> Approved | Refused:
     """Approve quarantined item ``quarantine_id`` with the corrected item
     ``read_corrected`` reads, if the guardrails take it.
@@ -129,8 +135,9 @@ def approve_quarantined(
     anything is read: the operator spends no time in an editor for nothing). The
     definition is the run's stored version, or with ``use_current`` the one in
     ``instructions_dir``; ``tell`` hears what that changed. The audit trail records
-    ``actor`` and ``note`` either way.
+    ``actor`` and ``note`` either way, and ``events`` hears the decision.
     """
+    stream = events or logged_stream()
     detail = store.quarantine.get_quarantine(quarantine_id)
     require_pending(detail, "approve")
     require_report(detail)
@@ -159,6 +166,11 @@ def approve_quarantined(
             note=note,
             now=now,
         )
+        stream.publish(
+            ItemReviewed(
+                quarantine_id=quarantine_id, run_id=detail.run_id, action="refused", actor=actor
+            )
+        )
         return verdict
     approval = store.quarantine.approve_quarantined(
         quarantine_id,
@@ -180,6 +192,11 @@ def approve_quarantined(
             "definition_version": chosen.version,
             "use_current": use_current,
         },
+    )
+    stream.publish(
+        ItemReviewed(
+            quarantine_id=quarantine_id, run_id=detail.run_id, action="approved", actor=actor
+        )
     )
     return Approved(approval=approval)
 
@@ -209,3 +226,43 @@ def _judge(
     if isinstance(verdict, QuarantinedItem):
         return Refused(quarantine_id=detail.id, reason=str(verdict.reason), signal=verdict.error)
     return verdict
+
+
+def reject_quarantined(
+    store: Store,
+    quarantine_id: int,
+    *,
+    actor: str,
+    note: str,
+    now: datetime,
+    events: EventStream | None = None,
+) -> QuarantineView:
+    """Reject pending item ``quarantine_id`` (``quarantine reject``, the page's reject):
+    it stays out of the report; the audit trail and ``events`` record who and why."""
+    held = store.quarantine.reject_quarantined(quarantine_id, actor=actor, note=note, now=now)
+    (events or logged_stream()).publish(
+        ItemReviewed(quarantine_id=held.id, run_id=held.run_id, action="rejected", actor=actor)
+    )
+    return held
+
+
+def reject_matching(
+    store: Store,
+    pending: QuarantineFilter,
+    *,
+    actor: str,
+    note: str,
+    now: datetime,
+    confirmed: BulkSelection,
+    events: EventStream | None = None,
+) -> list[int]:
+    """Reject the pending items ``pending`` matches, exactly those ``confirmed`` counted
+    (ReviewStateError when they changed since); returns their ids."""
+    rejected = store.quarantine.reject_matching(
+        pending, actor=actor, note=note, now=now, confirmed=confirmed
+    )
+    if rejected:
+        (events or logged_stream()).publish(
+            ItemsRejected(quarantine_ids=tuple(rejected), actor=actor)
+        )
+    return rejected

@@ -2,7 +2,7 @@
 
 Pages read through the same store methods as the command line (``quarantine list``,
 ``quarantine show``, ``runs show``, ``health``), and every action goes through the code
-the command line uses: :func:`salvagelane.review.approve_quarantined`, the quarantine
+the command line uses: :func:`salvagelane.review.approval.approve_quarantined`, the quarantine
 lane's reject and bulk reject, :func:`salvagelane.review.capture.capture_run`. So the page
 and the command line cannot disagree. Access rules: :mod:`salvagelane.ui.security`.
 """
@@ -505,6 +505,8 @@ async def approve(request: Request, page: Page) -> Response:
 
 
 async def reject(request: Request, page: Page) -> Response:
+    from salvagelane.review.approval import reject_quarantined
+
     item_id = int(request.path_params["item_id"])
     form = _form(request)
     note = (_field(form, "note") or "").strip()
@@ -512,8 +514,8 @@ async def reject(request: Request, page: Page) -> Response:
         raise PageError(400, "reject: say why the item is rejected (the note is empty)")
     store, clock = page.store, page.settings.clock
     await run_in_threadpool(
-        lambda: store.quarantine.reject_quarantined(
-            item_id, actor=_reviewer(page, form), note=note, now=clock()
+        lambda: reject_quarantined(
+            store, item_id, actor=_reviewer(page, form), note=note, now=clock()
         )
     )
     return _back_to_item(item_id, form, "rejected")
@@ -543,6 +545,8 @@ async def capture(request: Request, page: Page) -> Response:
 
 
 async def reject_all(request: Request, page: Page) -> Response:
+    from salvagelane.review.approval import reject_matching
+
     form = _form(request)
     values = {k: v for k, v in form.items() if isinstance(v, str)}
     where = filter_of(values)
@@ -572,8 +576,13 @@ async def reject_all(request: Request, page: Page) -> Response:
     try:
         # Only the confirmed items: one quarantined since stays pending.
         rejected = await run_in_threadpool(
-            lambda: store.quarantine.reject_matching(
-                pending, actor=_reviewer(page, form), note=note, now=clock(), confirmed=confirmed
+            lambda: reject_matching(
+                store,
+                pending,
+                actor=_reviewer(page, form),
+                note=note,
+                now=clock(),
+                confirmed=confirmed,
             )
         )
     except ReviewStateError as exc:
