@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from salvagelane.errors import ConnectorError
+from salvagelane.errors import ConfigurationError, ConnectorError
 from salvagelane.logs import register_secret, register_url
 
 
@@ -82,6 +82,25 @@ def url(name: str, what: str) -> str:
             "got a value that is not one (not shown: it may hold a secret)"
         )
     return value
+
+
+def secret(name: str, what: str) -> str:
+    """The secret held by environment variable ``name``, which must hold ``what`` (e.g.
+    "the SMTP password"); ConfigurationError, naming the variable only, when unset or
+    blank. It is scrubbed from every later log line and error."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        state = "is not set" if name not in os.environ else "is empty"
+        raise ConfigurationError(f"environment variable {name} {state}: it must hold {what}")
+    register_secret(value)
+    return value
+
+
+def review_url() -> str | None:
+    """``SALVAGELANE_REVIEW_URL``: where the review page is served, for the links in
+    notifications (e.g. ``https://review.internal``); None when unset."""
+    value = os.environ.get("SALVAGELANE_REVIEW_URL", "").strip()
+    return value.rstrip("/") or None
 
 
 DEFAULT_DATABASE_URL = "sqlite:///salvagelane.db"

@@ -50,6 +50,17 @@ FAILURE_STATUSES = frozenset({RunStatus.FAILED, RunStatus.INTERRUPTED})
 """The statuses of a started run that ended without a report."""
 
 
+class NotifyOn(StrEnum):
+    """What a notification is sent on (a definition's ``notify[].on``)."""
+
+    FAILED = "failed"
+    PARTIAL = "partial"
+    MISSED = "missed"
+    INTERRUPTED = "interrupted"
+    STREAK_BROKEN = "streak_broken"
+    STREAK_RESTORED = "streak_restored"
+
+
 class OutputCut(StrEnum):
     """Why a run's chosen output counts as cut off: no review undoes it."""
 

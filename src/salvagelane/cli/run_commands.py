@@ -96,6 +96,7 @@ def run_command(
     from salvagelane.connectors import ReplayConnector
     from salvagelane.definitions.ids import instruction_from_argument
     from salvagelane.errors import DuplicateFireError
+    from salvagelane.events.kinds import RunInterrupted
     from salvagelane.runtime.executor import Executor
 
     if force and scheduled_for is None:
@@ -109,7 +110,14 @@ def run_command(
     else:
         trigger = Trigger.MANUAL if scheduled_for is None else Trigger.SCHEDULE
     with open_store(database) as store, wired(replay=replay) as wiring:
-        executor = Executor(store, connector_for=wiring.connector_for, sinks_for=wiring.sinks_for)
+        # The definition's notify: a cron-fired run tells whom it names when it breaks.
+        events = wiring.notifying(store, definition)
+        executor = Executor(
+            store,
+            connector_for=wiring.connector_for,
+            sinks_for=wiring.sinks_for,
+            events=events,
+        )
         try:
             try:
                 outcome = executor.run(
@@ -131,6 +139,14 @@ def run_command(
                     f"taking over: run {dead.id[:8]} of this fire stopped without finishing "
                     "(no heartbeat); marked interrupted, running the fire's one retry",
                     err=True,
+                )
+                events.publish(
+                    RunInterrupted(
+                        run_id=dead.id,
+                        instruction_id=dead.instruction_id,
+                        reason="no heartbeat",
+                        scheduled_for=exc.scheduled_for,
+                    )
                 )
                 outcome = executor.run(
                     definition,
@@ -356,7 +372,9 @@ def runs_redeliver_command(
         )
     with open_store(database) as store, wired() as wiring:
         if pending:
-            definitions = DefinitionSinks(instructions_dir, wiring.sinks_for)
+            definitions = DefinitionSinks(
+                instructions_dir, wiring.sinks_for, wiring.notifications_for
+            )
             tried = delivered = 0
             for result in redeliver_open(store, sinks_for_run=definitions.sinks_for_run):
                 click.echo(render.redelivery_line(result))

@@ -7,7 +7,7 @@ command module imports this at its top, and ``--help`` must not pay for them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +19,11 @@ from salvagelane.errors import NotFoundError, SalvagelaneError
 from salvagelane.safe_text import block, line
 
 if TYPE_CHECKING:
-    from salvagelane.definitions import DefinitionSet
+    from salvagelane.definitions import DefinitionSet, Instruction
+    from salvagelane.events import EventStream
     from salvagelane.runtime.executor import ConnectorFactory, SinkFactory
     from salvagelane.runtime.metrics import Metrics
+    from salvagelane.runtime.notifications import NotificationsFor, Notifier
     from salvagelane.sinks import Sink
     from salvagelane.store import DeliveryRun, Store
 
@@ -103,6 +105,25 @@ class Wired:
 
     connector_for: ConnectorFactory
     sinks_for: SinkFactory
+    notifications_for: NotificationsFor
+
+    def notifier(
+        self, store: Store, definitions: Callable[[], Mapping[str, Instruction]]
+    ) -> Notifier:
+        """The notifier of the runs of ``definitions`` (by id), over this client."""
+        from salvagelane.runtime.notifications import Notifier
+
+        return Notifier(store, definitions=definitions, notifications_for=self.notifications_for)
+
+    def notifying(self, store: Store, *instructions: Instruction) -> EventStream:
+        """A logged event stream whose runs of ``instructions`` notify as their
+        definitions say (``notify``)."""
+        from salvagelane.events import logged_stream
+
+        stream = logged_stream()
+        known = {instruction.id: instruction for instruction in instructions}
+        self.notifier(store, lambda: known).subscribe(stream)
+        return stream
 
 
 @contextmanager
@@ -111,12 +132,18 @@ def wired(*, replay: Path | None = None) -> Iterator[Wired]:
     (``replay``: a fixture answers instead, ``run --replay``) and sinks over it."""
     import httpx
 
+    from salvagelane import environment
     from salvagelane.runtime.executor import connector_factory, sinks_factory
+    from salvagelane.runtime.notifications import notifications_of
 
+    review_url = environment.review_url()
     with httpx.Client() as client:
         yield Wired(
             connector_for=connector_factory(client, replay=replay),
             sinks_for=sinks_factory(client),
+            notifications_for=lambda instruction: notifications_of(
+                instruction, client, review_url=review_url
+            ),
         )
 
 
@@ -134,9 +161,15 @@ class DefinitionSinks:
     """The sinks of each run's instruction, from the definitions in a directory (each
     definition loaded once): what ``runs redeliver --pending`` delivers to."""
 
-    def __init__(self, directory: Path, sinks_for: SinkFactory) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        sinks_for: SinkFactory,
+        notifications_for: NotificationsFor | None = None,
+    ) -> None:
         self._directory = directory
         self._sinks_for = sinks_for
+        self._notifications_for = notifications_for
         self._sinks: dict[str, list[Sink] | str] = {}
 
     def sinks_for_run(self, run: DeliveryRun) -> list[Sink]:
@@ -145,7 +178,10 @@ class DefinitionSinks:
         if run.instruction_id not in self._sinks:
             try:
                 definition = instruction_by_id(run.instruction_id, self._directory)
-                self._sinks[run.instruction_id] = list(self._sinks_for(definition))
+                sinks = list(self._sinks_for(definition))
+                if self._notifications_for is not None:
+                    sinks.extend(self._notifications_for(definition))
+                self._sinks[run.instruction_id] = sinks
             except SalvagelaneError as exc:
                 self._sinks[run.instruction_id] = str(exc)
         found = self._sinks[run.instruction_id]

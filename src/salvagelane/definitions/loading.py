@@ -24,8 +24,10 @@ from salvagelane.definitions.model import (
     ConnectorKind,
     ConnectorSpec,
     ContextSource,
+    EmailSpec,
     GuardrailSpec,
     Instruction,
+    NotifySpec,
     OutputSpec,
     PromptTemplates,
     RetryOn,
@@ -51,6 +53,7 @@ from salvagelane.definitions.validation import validate
 from salvagelane.definitions.yaml_source import YamlProblem, parse_yaml, read_text
 from salvagelane.errors import ConfigurationError, DefinitionError, SchemaError, not_utf8
 from salvagelane.policy_files import allow_list_values, parse_json_text
+from salvagelane.vocabulary import NotifyOn
 
 _MAX_DEFINITION_BYTES = 1024 * 1024
 _MAX_FILE_BYTES = 16 * 1024 * 1024  # a schema or an allow-list file
@@ -374,6 +377,12 @@ def _build(checked: _Checked, path: Path, files: DiskFiles | StoredFiles) -> Ins
             if isinstance(files, DiskFiles)
             else ()
         ),
+        # Nor whom it tells: notifications are sent from the operator's definitions.
+        notify=(
+            tuple(_notify(entry) for entry in document.get("notify", ()))
+            if isinstance(files, DiskFiles)
+            else ()
+        ),
         source=path,
         # As written: defaults filled in would change the version of every definition
         # written before them.
@@ -394,6 +403,39 @@ def _sink(entry: Mapping[str, Any], base: Path) -> SinkSpec:
         token_env=entry.get("token_env"),
         timeout_seconds=float(field_value(entry, "timeout_seconds", "sinks[].timeout_seconds")),
         callable=entry.get("callable"),
+    )
+
+
+def _notify(entry: Mapping[str, Any]) -> NotifySpec:
+    webhook = entry.get("webhook")
+    email = entry.get("email")
+    return NotifySpec(
+        on=tuple(NotifyOn(word) for word in entry["on"]),
+        webhook=None
+        if webhook is None
+        else SinkSpec(
+            kind=SinkKind.WEBHOOK,
+            url=webhook.get("url"),
+            url_env=webhook.get("url_env"),
+            token_env=webhook.get("token_env"),
+            timeout_seconds=float(
+                field_value(webhook, "timeout_seconds", "notify[].webhook.timeout_seconds")
+            ),
+        ),
+        email=None
+        if email is None
+        else EmailSpec(
+            to=tuple(email["to"]),
+            sender=email["from"],
+            smtp_host=email["smtp_host"],
+            smtp_port=int(field_value(email, "smtp_port", "notify[].email.smtp_port")),
+            starttls=bool(field_value(email, "starttls", "notify[].email.starttls")),
+            username_env=email.get("username_env"),
+            password_env=email.get("password_env"),
+            timeout_seconds=float(
+                field_value(email, "timeout_seconds", "notify[].email.timeout_seconds")
+            ),
+        ),
     )
 
 

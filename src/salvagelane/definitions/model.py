@@ -12,6 +12,7 @@ from salvagelane.core import AcceptRepairs, Framing, Guardrails, ItemSchema, Sal
 from salvagelane.core.records import DEFAULT_MAX_QUARANTINED
 from salvagelane.core.schema_hint import report_hint_schema
 from salvagelane.logs import redact_url
+from salvagelane.vocabulary import NotifyOn
 
 if TYPE_CHECKING:
     from salvagelane.definitions.snapshot import DefinitionFiles
@@ -180,6 +181,35 @@ class SinkSpec:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class EmailSpec:
+    """Where an email notification goes and how it is sent (SMTP; STARTTLS unless
+    ``starttls`` is false); the credentials are named by their variables, never held."""
+
+    to: tuple[str, ...]
+    sender: str
+    smtp_host: str
+    smtp_port: int = 587
+    starttls: bool = True
+    username_env: str | None = None
+    password_env: str | None = None
+    timeout_seconds: float = 30.0
+
+    @property
+    def target(self) -> str:
+        return f"{', '.join(self.to)} via {self.smtp_host}:{self.smtp_port}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NotifySpec:
+    """One notification of a definition: the events it is sent on, and its one target,
+    a webhook (a SinkSpec of kind webhook) or an email."""
+
+    on: tuple[NotifyOn, ...]
+    webhook: SinkSpec | None = None
+    email: EmailSpec | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Instruction:
     """A validated instruction definition.
 
@@ -208,6 +238,7 @@ class Instruction:
     definition: Mapping[str, Any]
     definition_sha256: str
     sinks: tuple[SinkSpec, ...] = ()
+    notify: tuple[NotifySpec, ...] = ()
     text: str = ""
     files: DefinitionFiles | None = None
     loaded_files: Mapping[str, str] = field(default_factory=dict)

@@ -277,7 +277,7 @@ def _redeliver(
     if sink is None:
         return Redelivery(delivery=view, skipped=problem)
     try:
-        payload = runs.payload(entry.run)
+        payload = runs.payload_for(sink, entry.run)
     except NotFoundError as exc:
         return Redelivery(delivery=view, skipped=str(exc))
     now = clock()
@@ -295,11 +295,14 @@ def _redeliver(
 
 
 def sinks_from_definitions(
-    definitions: Mapping[str, Instruction], sinks_for: SinkFactory
+    definitions: Mapping[str, Instruction],
+    sinks_for: SinkFactory,
+    notifications_for: SinkFactory | None = None,
 ) -> SinksForRun:
     """A :data:`SinksForRun` reading each run's sinks from today's ``definitions`` (by
-    instruction id) with ``sinks_for`` (as the executor builds them); NotFoundError for
-    an instruction that is no longer defined."""
+    instruction id) with ``sinks_for`` (as the executor builds them), and its
+    notifications with ``notifications_for``; NotFoundError for an instruction that is no
+    longer defined."""
 
     def sinks_for_run(run: DeliveryRun) -> Sequence[Sink]:
         instruction = definitions.get(run.instruction_id)
@@ -307,7 +310,10 @@ def sinks_from_definitions(
             raise NotFoundError(
                 f"instruction {run.instruction_id!r} of run {run.id} is no longer defined"
             )
-        return sinks_for(instruction) if instruction.sinks else ()
+        sinks = list(sinks_for(instruction)) if instruction.sinks else []
+        if notifications_for is not None and instruction.notify:
+            sinks.extend(notifications_for(instruction))
+        return sinks
 
     return sinks_for_run
 
@@ -357,10 +363,19 @@ class _RunSinks:
         if sink is None:
             return problem
         try:
-            payload = self.payload(claim.run)
+            payload = self.payload_for(sink, claim.run)
         except NotFoundError as exc:
             return str(exc)
         return deliver_one(sink, payload).error
+
+    def payload_for(self, sink: Sink, run: DeliveryRun) -> Mapping[str, Any]:
+        """What ``sink`` is sent: a notification builds its message from the stored run
+        (which may have no report); a report's sink gets the report."""
+        payload_from = getattr(sink, "payload_from", None)
+        if callable(payload_from):
+            built: Mapping[str, Any] = payload_from(self._store, run.id)
+            return built
+        return self.payload(run)
 
     def payload(self, run: DeliveryRun) -> Mapping[str, Any]:
         if run.id not in self._payloads:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from salvagelane.store._rows import bound_raw, decode_raw, encode_raw
 from salvagelane.store.backlog import QueueFigures
-from salvagelane.store.deliveries import DeliveryOutbox
+from salvagelane.store.deliveries import NOTIFICATION_KIND_PREFIX, DeliveryOutbox
 from salvagelane.store.engine import (
     current_revision,
     database_url,
@@ -58,6 +58,7 @@ from salvagelane.store.values import (
 )
 
 __all__ = [
+    "NOTIFICATION_KIND_PREFIX",
     "SCHEDULER_LOCK_KEY",
     "ApprovalView",
     "AttemptView",

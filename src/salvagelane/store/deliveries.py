@@ -208,6 +208,35 @@ class DeliveryOutbox:
             pending = PendingDelivery(kind=kind, target=target, next_attempt_at=lease_until)
             return enqueue(session, run, [pending], at=now)[0]
 
+    def ensure(
+        self,
+        run_id: str,
+        *,
+        kind: str,
+        target: str,
+        now: datetime,
+        lease_until: datetime,
+    ) -> ClaimedDelivery | None:
+        """The one delivery of ``run_id`` to ``kind`` at ``target`` (a notification: sent
+        once per run, event and target): a new ``pending`` one leased to the caller when
+        there is none, in any state; None when there is one already. Under the run's row
+        lock, so two processes cannot both create it."""
+        with self._transaction(f"record a notification of run {run_id}") as session:
+            run = get_run(session, run_id, for_update=True)
+            existing = session.scalars(
+                sa.select(SinkDeliveryRow.id)
+                .where(
+                    SinkDeliveryRow.run_id == run_id,
+                    SinkDeliveryRow.kind == kind,
+                    SinkDeliveryRow.target == target,
+                )
+                .limit(1)
+            ).first()
+            if existing is not None:
+                return None
+            pending = PendingDelivery(kind=kind, target=target, next_attempt_at=lease_until)
+            return enqueue(session, run, [pending], at=now)[0]
+
     # --- results ----------------------------------------------------------------------------
 
     def record_result(
@@ -249,6 +278,11 @@ class DeliveryOutbox:
 # --- helpers ------------------------------------------------------------------------------------
 
 
+NOTIFICATION_KIND_PREFIX = "notify-"
+"""The kind of a notification's deliveries starts so (``notify-webhook``,
+``notify-email``): they share the outbox with the report's sinks, not its sink status."""
+
+
 def enqueue(
     session: Session, run: RunRow, deliveries: Sequence[PendingDelivery], *, at: datetime
 ) -> list[ClaimedDelivery]:
@@ -286,6 +320,8 @@ def refresh_sink_status(session: Session, run: RunRow) -> None:
     sinks of one run cannot each miss the other's."""
     latest: dict[tuple[str, str], DeliveryStatus] = {}
     for row in deliveries_of(session, run.id):
+        if row.kind.startswith(NOTIFICATION_KIND_PREFIX):
+            continue  # a notification is about the run, not a delivery of its report
         latest[(row.kind, row.target)] = row.status
     statuses = set(latest.values())
     if not statuses:

@@ -31,6 +31,7 @@ they cannot disagree.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -109,6 +110,36 @@ class Streak:
     count: int
     since: datetime | None
     broken_by: RecentRun | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StreakChange:
+    """How one ended scheduled run changed its instruction's clean streak: ``broken``
+    (it is not clean and the scheduled run before it was: ``streak`` clean runs in a row
+    ended) or ``restored`` (it is clean and the one before was not: ``streak`` is 1)."""
+
+    kind: str
+    streak: int
+    previous_run_id: str
+
+
+def streak_change(run_id: str, scheduled_newest_first: Iterable[HealthRun]) -> StreakChange | None:
+    """The change run ``run_id`` made, read from its instruction's ended scheduled runs
+    (newest first); None when it made none, is not among them, or is the first."""
+    runs = iter(scheduled_newest_first)
+    this = next((run for run in runs if run.id == run_id), None)
+    if this is None:
+        return None
+    before = list(itertools.islice(runs, 1))
+    if not before:
+        return None
+    previous = before[0]
+    if clean(this) and not clean(previous):
+        return StreakChange(kind="restored", streak=1, previous_run_id=previous.id)
+    if not clean(this) and clean(previous):
+        ended = streak_of(itertools.chain(before, runs))
+        return StreakChange(kind="broken", streak=ended.count, previous_run_id=previous.id)
+    return None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -326,6 +357,14 @@ class HealthReader:
             queue_stall_seconds=queue_stall_seconds,
             every_trigger=every_trigger,
         )[0]
+
+    def streak_change(self, run_id: str, instruction_id: str) -> StreakChange | None:
+        """How ended scheduled run ``run_id`` changed ``instruction_id``'s clean streak
+        (:func:`streak_change`)."""
+        with self._transaction(f"read the streak of {instruction_id}") as session:
+            stmt = _scheduled_stmt(instruction_id)
+            first = _health_runs(session, list(session.scalars(stmt.limit(_PAGE))))
+            return streak_change(run_id, _scheduled_newest_first(session, stmt, first))
 
     def healths(
         self,
