@@ -301,7 +301,9 @@ def run_detail(detail: RunDetail) -> str:
         )
     if detail.deliveries:
         lines.append("")
-        lines.append(f"deliveries ({len(detail.deliveries)}): {line(str(detail.sink_status))}")
+        # The sink status is the report's; notifications are listed with their own.
+        status = "" if detail.sink_status is None else f": {line(str(detail.sink_status))}"
+        lines.append(f"deliveries ({len(detail.deliveries)}){status}")
         for delivery in detail.deliveries:
             lines.append(f"  #{delivery.id} {line(delivery.kind)} {line(delivery.target)}")
             lines.append(f"      {_delivery_state(delivery)}")
