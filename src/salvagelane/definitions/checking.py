@@ -116,7 +116,11 @@ def environment_warnings(path: Path | str) -> tuple[str, ...]:
             state = environment.variable_state(name)
             if state == "set":
                 continue
-            needed = _NEEDED_BY.get(field.name, "a run needs it")
+            needed = (
+                "this notification cannot be sent"
+                if field.path.startswith("notify")
+                else _NEEDED_BY.get(field.name, "a run needs it")
+            )
             line = line_of(lines, where)
             at = f" (line {line})" if line else ""
             warnings.append(
