@@ -92,6 +92,9 @@ def health_command(
             queue_stall_seconds=queue_stall_seconds,
             every_trigger=every_trigger,
         )
+        from salvagelane.runtime.budget import priced_healths
+
+        figures = priced_healths(store, figures)
         url = store.url
     if as_json:
         from salvagelane.store.health import health_json
@@ -164,13 +167,18 @@ def health_text(health: InstructionHealth) -> str:
         lines.append(f"  {day}  {_counts(reasons)}")
     if not health.quarantined_by_day:
         lines.append("  none")
-    lines.append("tokens per day, every trigger (prompt + completion = total)")
+    priced = "" if health.currency is None else f", cost in {line(health.currency)}"
+    lines.append(f"tokens per day, every trigger (prompt + completion = total{priced})")
     for day, usage in health.tokens_by_day.items():
         unreported = f", {usage.unreported} unreported" if usage.unreported else ""
+        cost = health.cost_by_day.get(day)
+        costed = "" if cost is None else f"  {cost:.4f} {line(health.currency or '')}"
         lines.append(
             f"  {day}  {usage.prompt} + {usage.completion} = {usage.total} "
-            f"({usage.attempts} calls{unreported})"
+            f"({usage.attempts} calls{unreported}){costed}"
         )
+    if health.cost_note:
+        lines.append(f"  cost: {line(health.cost_note)}")
     if not health.tokens_by_day:
         lines.append("  none")
     return "\n".join(lines)
