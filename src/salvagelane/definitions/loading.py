@@ -281,9 +281,11 @@ def _check_budget(checked: _Checked, files: DiskFiles | StoredFiles) -> None:
             try:
                 checked.prices = parse_price_table(text, reference=reference)
             except PriceTableProblem as exc:
-                named = "" if "prices" in budget else " (the default price table beside it)"
+                named = "" if "prices" in budget else f" (the default {DEFAULT_PRICES})"
                 checked.add(
-                    where, f"expected a price table in {files.shown(reference)}{named}: {exc}"
+                    where,
+                    f"expected a price table{named}, got a problem in "
+                    f"{exc.at(files.shown(reference))}",
                 )
                 return
     if "cost_per_day" not in budget or not checked.ok("budget", "cost_per_day"):

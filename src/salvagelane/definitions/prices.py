@@ -97,7 +97,18 @@ class PriceTable:
 
 
 class PriceTableProblem(Exception):
-    """Why a price table's text is not one (the message names no file: the caller's does)."""
+    """Why a price table's text is not one, and on which ``line`` of it (None: unknown).
+    The message names no file: the caller does."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+    def at(self, shown: str) -> str:
+        """``FILE line N: the problem``."""
+        where = f"{shown} line {self.line}" if self.line else shown
+        return f"{where}: {self.message}"
 
 
 @cache
@@ -110,7 +121,7 @@ _NOUNS = {"object": "a mapping", "string": "a string", "number": "a number"}
 
 
 def _problem(error: jsonschema.exceptions.ValidationError) -> str:
-    path = format_path(tuple(error.absolute_path)) or "the table"
+    path = format_path(tuple(error.absolute_path))
     schema = error.schema if isinstance(error.schema, Mapping) else {}
     keyword, value = error.validator, error.validator_value
     if keyword == "required" and isinstance(error.instance, Mapping):
@@ -144,8 +155,7 @@ def parse_price_table(text: str, *, reference: str) -> PriceTable:
     try:
         document, lines = parse_yaml(text)
     except YamlProblem as exc:
-        where = f" (line {exc.line})" if exc.line else ""
-        raise PriceTableProblem(f"{exc.describe()}{where}") from exc
+        raise PriceTableProblem(exc.describe(), exc.line) from exc
     if document is None:
         raise PriceTableProblem("expected a mapping with currency and models, got an empty file")
     errors = sorted(_validator().iter_errors(document), key=lambda e: list(map(str, e.path)))
@@ -153,7 +163,7 @@ def parse_price_table(text: str, *, reference: str) -> PriceTable:
         first = errors[0]
         line = lines.get(tuple(first.absolute_path))
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        raise PriceTableProblem(_problem(first) + (f" (line {line})" if line else "") + more)
+        raise PriceTableProblem(_problem(first) + more, line)
     models = {
         name: ModelPrice(
             input_per_million=float(prices["input_per_million"]),

@@ -437,16 +437,16 @@ class Executor:
         settlement = run_records.settle(
             instruction, state.attempts, deadline_passed=state.deadline_passed
         )
+        if state.budget_stop is not None and settlement.status is RunStatus.FAILED:
+            # The retry the budget stopped might have saved the run: say so first.
+            made = len(state.attempts)
+            settlement = dataclasses.replace(
+                settlement,
+                error=f"{state.budget_stop.message(instruction.id, attempts_made=made)}; "
+                f"the attempt(s) made ended: {settlement.error or 'no attempt was made'}",
+            )
         if settlement.report is None:
-            error = settlement.error or "no attempt was made"
-            if state.budget_stop is not None:
-                # The retry the budget stopped might have saved the run: say so first.
-                made = len(state.attempts)
-                error = (
-                    f"{state.budget_stop.message(instruction.id, attempts_made=made)}; "
-                    f"the attempt(s) made ended: {error}"
-                )
-            return self._fail(instruction, state, error)
+            return self._fail(instruction, state, settlement.error or "no attempt was made")
         finished_at = self._clock()
         state.claims = self._store.finish_run(
             state.run_id,
