@@ -14,15 +14,19 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.testclient import TestClient
 
 from salvagelane.connectors import Connector
 from salvagelane.definitions import Instruction, load_instruction, load_stored
 from salvagelane.definitions.snapshot import DefinitionSnapshot
+from salvagelane.errors import DefinitionError
 from salvagelane.events import EventStream
 from salvagelane.events.kinds import BudgetExhausted, Event, ModelCalled
 from salvagelane.runtime.executor import Executor
 from salvagelane.runtime.metrics import Metrics
 from salvagelane.store import Store
+from salvagelane.ui.app import Settings, create_app
+from salvagelane.ui.security import Access
 from salvagelane.vocabulary import RunStatus, Trigger
 from tests.support.cli import salvagelane_here
 from tests.support.provider import ScriptedServer
@@ -212,5 +216,76 @@ def test_the_cost_budget_counts_by_the_price_table_kept_with_the_run(
     assert "test/model counted at the price of openai/gpt-4.1-mini" in done.stdout
     as_json = salvagelane_here("health", "--json", database=store.url)
     (figures,) = json.loads(as_json.stdout)
-    assert figures["cost_by_day"]["currency"] == "USD"
-    assert figures["cost_by_day"]["days"] == {today: 0.2}
+    assert figures["cost_by_day"] == {
+        "currency": "USD",
+        "days": {today: 0.2},
+        "note": "test/model counted at the price of openai/gpt-4.1-mini",
+    }
+
+    # So does the review page's health view, from the same figures.
+    settings = Settings(
+        store=store,
+        access=Access(token="budget-page-token", loopback=True),
+        instructions_dir=tmp_path / "instructions",
+        actor="alice",
+    )
+    client = TestClient(create_app(settings), base_url="http://127.0.0.1:8765")
+    page = client.get("/health").text
+    assert f'<span data-day="{today}">{today} 0.2000 USD</span>' in page
+    assert client.get("/health.json").json()[0]["cost_by_day"] == figures["cost_by_day"]
+
+
+# --- what check refuses ---------------------------------------------------------------------
+
+
+def refused(tmp_path: Path, budget: str, prices: str | None = None) -> str:
+    project = Project.create(tmp_path)
+    if prices is not None:
+        (project.instructions / "prices.json").write_text(prices, encoding="utf-8")
+    project.edit({}, append=budget)
+    with pytest.raises(DefinitionError) as caught:
+        load_instruction(project.definition)
+    return str(caught.value)
+
+
+def test_a_cost_limit_needs_a_price_for_the_definitions_model(tmp_path: Path) -> None:
+    assert (
+        "budget.cost_per_day: expected a price table alongside a cost limit (budget.prices, "
+        "or prices.json in the definition's directory), got none"
+    ) in refused(tmp_path / "none", "budget:\n  cost_per_day: 1\n")
+    other = json.dumps(
+        {"currency": "USD", "models": {"other": PRICES["models"]["openai/gpt-4.1-mini"]}}
+    )
+    assert (
+        'budget.cost_per_day: expected a price for connector.model "openai/gpt-4.1-mini" in '
+    ) in refused(tmp_path / "other", "budget:\n  cost_per_day: 1\n", other)
+    # Without a cost limit the same table is fine: tokens of other models cost nothing known.
+    project = Project.create(tmp_path / "tokens")
+    (project.instructions / "prices.json").write_text(other, encoding="utf-8")
+    project.edit({}, append="budget:\n  tokens_per_day: 10\n")
+    assert load_instruction(project.definition).budget.prices is not None
+
+
+def test_a_named_price_table_must_exist_and_be_one(tmp_path: Path) -> None:
+    message = refused(tmp_path / "missing", "budget:\n  prices: ../costs.yaml\n")
+    assert "budget.prices: expected an existing file" in message
+    assert '"../costs.yaml"' in message
+    project = Project.create(tmp_path / "broken")
+    (project.root / "costs.yaml").write_text(
+        "currency: USD\nmodels:\n  m: {input_per_million: 1}\n", encoding="utf-8"
+    )
+    project.edit({}, append="budget:\n  prices: ../costs.yaml\n")
+    with pytest.raises(DefinitionError) as caught:
+        load_instruction(project.definition)
+    assert (
+        f"budget.prices: expected a price table, got a problem in "
+        f"{(project.root / 'costs.yaml').resolve()} line 3: models.m: expected the field(s) "
+        "output_per_million, got nothing"
+    ) in str(caught.value)
+
+
+def test_a_broken_default_price_table_is_refused_for_every_definition(tmp_path: Path) -> None:
+    # Beside the definitions, it applies to each of them: broken, it is said, not skipped.
+    assert (
+        "budget.prices: expected a price table (the default prices.json), got a problem in "
+    ) in refused(tmp_path, "", '{"currency": "USD"}')

@@ -65,7 +65,8 @@ def health_command(
 ) -> None:
     """Show each instruction's run health: clean scheduled runs in a row, recent statuses,
     partial and failed rates, quarantine reasons per day, finish reasons, missed and
-    interrupted fires, tokens per day.
+    interrupted fires, tokens per day, and their cost when a price table applies (the
+    one kept with the instruction's newest stored run).
 
     The window's statuses, finish reasons and rates count scheduled runs only (a run by
     hand or a replay is not the job failing); --all counts every trigger. Quarantine
