@@ -419,10 +419,8 @@ class Executor:
             stop_poll_seconds=self._stop_poll_seconds,
             budget=budget_check(self._store, instruction, state.day_of or self._clock()),
         )
-        try:
-            state.deadline_passed = loop.run()
-        finally:
-            state.budget_stop = loop.budget_stop
+        state.deadline_passed = loop.run()
+        state.budget_stop = loop.budget_stop
         return self._persist(instruction, state)
 
     def _spool_for(self) -> Spool:
