@@ -36,6 +36,7 @@ from tests.support.run_setup import (
     items,
     openai_connector_for,
     provider,
+    replay_executor,
     store,
 )
 
@@ -138,6 +139,23 @@ def test_the_fire_after_the_token_budget_is_spent_fails_without_a_request(
     _, status, _ = fire(ex, instruction, NEXT_DAY)
     assert status == RunStatus.OK
     assert len(provider.requests) == 2
+
+
+def test_a_replay_calls_no_model_so_it_neither_counts_nor_is_refused(
+    tmp_path: Path,
+    store: Store,
+    provider: ScriptedServer,
+    connector_for: Callable[[Instruction], Connector],
+) -> None:
+    instruction = budgeted(tmp_path, "budget:\n  tokens_per_day: 150\n")
+    replays = replay_executor(store)
+    for _ in range(2):  # the fixture reports 2874 + 1400 tokens each time
+        outcome = replays.run(instruction, trigger=Trigger.REPLAY)
+        assert (outcome.status, outcome.error) == (RunStatus.PARTIAL, None)
+    provider.script.append(chat_answer(report(), usage=USAGE))
+    _, status, _ = fire(executor(store, connector_for, []), instruction, datetime.now(UTC))
+    assert status == RunStatus.OK
+    assert len(provider.requests) == 1
 
 
 def test_a_retry_does_not_overspend_the_day(

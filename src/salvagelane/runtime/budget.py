@@ -21,6 +21,7 @@ from salvagelane.definitions.model import Budget
 from salvagelane.definitions.prices import PriceTable
 from salvagelane.store import ModelSpend, Store
 from salvagelane.store.health import InstructionHealth
+from salvagelane.vocabulary import Trigger
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -154,11 +155,14 @@ BudgetCheck = Callable[[], "Exhausted | None"]
 """Asked before each model call of a run: the limit its day's spend reached, or None."""
 
 
-def budget_check(store: Store, instruction: Instruction, moment: datetime) -> BudgetCheck | None:
+def budget_check(
+    store: Store, instruction: Instruction, moment: datetime, *, trigger: Trigger
+) -> BudgetCheck | None:
     """The check of ``instruction``'s budget for a run whose fire time (or start) is
-    ``moment``; None when the definition sets no limit."""
+    ``moment``; None when the definition sets no limit, and for a replay (``run
+    --replay`` answers from a fixture: no model is called, nothing is spent)."""
     budget = instruction.budget
-    if not budget.limited:
+    if not budget.limited or trigger is Trigger.REPLAY:
         return None
     timezone = instruction.schedule.timezone
     day, since, until = day_of(moment, timezone)

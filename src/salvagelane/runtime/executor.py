@@ -163,6 +163,7 @@ class _RunState:
     deadline_passed: bool = False
     # The day the run's budget counts (its fire time, or its start when unscheduled).
     day_of: datetime | None = None
+    trigger: Trigger = Trigger.MANUAL
     budget_stop: Exhausted | None = None
     sinks: tuple[Sink, ...] = ()
     claims: list[ClaimedDelivery] = dataclasses.field(default_factory=list)
@@ -262,7 +263,7 @@ class Executor:
             )
         if self._on_claimed is not None:
             self._on_claimed(run_id)
-        state = _RunState(run_id=run_id, day_of=scheduled_for or started)
+        state = _RunState(run_id=run_id, day_of=scheduled_for or started, trigger=trigger)
         with bound(run_id=run_id, instruction=instruction.id):
             self._events.publish(
                 RunStarted(
@@ -417,7 +418,9 @@ class Executor:
             spool_for=self._spool_for,
             should_stop=self._should_stop,
             stop_poll_seconds=self._stop_poll_seconds,
-            budget=budget_check(self._store, instruction, state.day_of or self._clock()),
+            budget=budget_check(
+                self._store, instruction, state.day_of or self._clock(), trigger=state.trigger
+            ),
         )
         state.deadline_passed = loop.run()
         state.budget_stop = loop.budget_stop

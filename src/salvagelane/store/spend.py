@@ -4,8 +4,9 @@ Reached through :attr:`Store.spend <salvagelane.store.Store.spend>`. Budgets
 (``budget.tokens_per_day``, ``budget.cost_per_day``) are counted from what the store
 already holds: each attempt's ``usage`` (``prompt_tokens``, ``completion_tokens``) and
 ``model``. A run counts towards the day of its fire time (``scheduled_for``), an
-unscheduled run towards the day it started. Prices are not the store's: the tokens come
-back per model, and the caller prices them.
+unscheduled run towards the day it started; a replay (``run --replay``) calls no model
+and counts towards nothing. Prices are not the store's: the tokens come back per model,
+and the caller prices them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sqlalchemy as sa
 from salvagelane.store._rows import Transactions
 from salvagelane.store.models import AttemptRow, DefinitionVersionRow, RunRow
 from salvagelane.store.values import DefinitionRecord
+from salvagelane.vocabulary import Trigger
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -69,7 +71,8 @@ class SpendReader:
         self, instruction_id: str, *, since: datetime, until: datetime
     ) -> tuple[ModelSpend, ...]:
         """The tokens of every attempt of ``instruction_id``'s runs whose fire time (start
-        time for an unscheduled run) is in [``since``, ``until``), per model."""
+        time for an unscheduled run) is in [``since``, ``until``), per model; replays
+        (which call no model) left out."""
         fired = sa.or_(
             sa.and_(
                 RunRow.scheduled_for.is_not(None),
@@ -86,7 +89,11 @@ class SpendReader:
             rows = session.execute(
                 sa.select(AttemptRow.model, AttemptRow.usage)
                 .join(RunRow, RunRow.id == AttemptRow.run_id)
-                .where(RunRow.instruction_id == instruction_id, fired)
+                .where(
+                    RunRow.instruction_id == instruction_id,
+                    RunRow.trigger != Trigger.REPLAY,
+                    fired,
+                )
             ).tuples()
             return spend_of(rows)
 
