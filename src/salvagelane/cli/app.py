@@ -57,7 +57,8 @@ COMMANDS: Mapping[str, LazyCommand] = {
         target="salvagelane.cli.health_commands:health_command",
         summary="Show each instruction's run health: clean scheduled runs in a row, recent "
         "statuses, partial and failed rates, quarantine reasons per day, finish reasons, "
-        "missed and interrupted fires, tokens per day.",
+        "missed and interrupted fires, tokens per day, and their cost when a price table "
+        "applies (the one kept with the instruction's newest stored run).",
     ),
     "init": LazyCommand(
         target="salvagelane.cli.init_commands:init_command",

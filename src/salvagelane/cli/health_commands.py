@@ -65,7 +65,8 @@ def health_command(
 ) -> None:
     """Show each instruction's run health: clean scheduled runs in a row, recent statuses,
     partial and failed rates, quarantine reasons per day, finish reasons, missed and
-    interrupted fires, tokens per day.
+    interrupted fires, tokens per day, and their cost when a price table applies (the
+    one kept with the instruction's newest stored run).
 
     The window's statuses, finish reasons and rates count scheduled runs only (a run by
     hand or a replay is not the job failing); --all counts every trigger. Quarantine
@@ -92,6 +93,9 @@ def health_command(
             queue_stall_seconds=queue_stall_seconds,
             every_trigger=every_trigger,
         )
+        from salvagelane.runtime.budget import priced_healths
+
+        figures = priced_healths(store, figures)
         url = store.url
     if as_json:
         from salvagelane.store.health import health_json
@@ -164,13 +168,18 @@ def health_text(health: InstructionHealth) -> str:
         lines.append(f"  {day}  {_counts(reasons)}")
     if not health.quarantined_by_day:
         lines.append("  none")
-    lines.append("tokens per day, every trigger (prompt + completion = total)")
+    priced = "" if health.currency is None else f", cost in {line(health.currency)}"
+    lines.append(f"tokens per day, every trigger (prompt + completion = total{priced})")
     for day, usage in health.tokens_by_day.items():
         unreported = f", {usage.unreported} unreported" if usage.unreported else ""
+        cost = health.cost_by_day.get(day)
+        costed = "" if cost is None else f"  {cost:.4f} {line(health.currency or '')}"
         lines.append(
             f"  {day}  {usage.prompt} + {usage.completion} = {usage.total} "
-            f"({usage.attempts} calls{unreported})"
+            f"({usage.attempts} calls{unreported}){costed}"
         )
+    if health.cost_note:
+        lines.append(f"  cost: {line(health.cost_note)}")
     if not health.tokens_by_day:
         lines.append("  none")
     return "\n".join(lines)

@@ -21,6 +21,7 @@ from salvagelane.definitions.field_paths import check_field_path, check_items_pa
 from salvagelane.definitions.fields import field_default, field_value
 from salvagelane.definitions.model import (
     AllowListSource,
+    Budget,
     ConnectorKind,
     ConnectorSpec,
     ContextSource,
@@ -35,6 +36,12 @@ from salvagelane.definitions.model import (
     Schedule,
     SinkKind,
     SinkSpec,
+)
+from salvagelane.definitions.prices import (
+    DEFAULT_PRICES,
+    PriceTable,
+    PriceTableProblem,
+    parse_price_table,
 )
 from salvagelane.definitions.problems import (
     PathParts,
@@ -145,6 +152,7 @@ class _Checked:
         self.context: dict[str, ContextSource] = {}
         self.allow_lists: list[AllowListSource] = []
         self.loaded: dict[str, str] = {}
+        self.prices: PriceTable | None = None
 
     def ok(self, *path: str | int) -> bool:
         """Whether the schema passed ``path``: nothing wrong at it, above or below it."""
@@ -254,6 +262,54 @@ def _cross_check(checked: _Checked, files: DiskFiles | StoredFiles) -> None:
     for name in ("system", "user"):
         if context_names is not None and checked.ok("prompt", name):
             checked.problems.extend(template_problems(name, prompt[name], context_names))
+
+    _check_budget(checked, files)
+
+
+def _check_budget(checked: _Checked, files: DiskFiles | StoredFiles) -> None:
+    """Read the price table (``budget.prices``, else the directory's default when there
+    is one) into ``checked.loaded``, so the run's snapshot keeps it; refuse a cost limit
+    without a price for ``connector.model``."""
+    budget = checked.section("budget")
+    where: PathParts = ("budget", "prices")
+    if not checked.ok(*where):
+        return
+    reference = budget.get("prices")
+    if reference is None and files.exists(DEFAULT_PRICES):
+        reference = DEFAULT_PRICES
+    if reference is not None:
+        text = _read_file(files, reference, where, checked.problems, _MAX_FILE_BYTES)
+        if text is not None:
+            checked.loaded[reference] = text
+            try:
+                checked.prices = parse_price_table(text, reference=reference)
+            except PriceTableProblem as exc:
+                named = "" if "prices" in budget else f" (the default {DEFAULT_PRICES})"
+                checked.add(
+                    where,
+                    f"expected a price table{named}, got a problem in "
+                    f"{exc.at(files.shown(reference))}",
+                )
+                return
+    if "cost_per_day" not in budget or not checked.ok("budget", "cost_per_day"):
+        return
+    if checked.prices is None:
+        if reference is None:
+            checked.add(
+                ("budget", "cost_per_day"),
+                "expected a price table alongside a cost limit (budget.prices, or "
+                f"{DEFAULT_PRICES} in the definition's directory), got none",
+            )
+        return
+    model = checked.section("connector").get("model")
+    if checked.ok("connector", "model") and checked.prices.price(model) is None:
+        known = ", ".join(sorted(checked.prices.models))
+        checked.add(
+            ("budget", "cost_per_day"),
+            f"expected a price for connector.model {received(model)} in "
+            f"{files.shown(checked.prices.reference)} (it prices {known}), got none: "
+            "a cost limit needs the model's price",
+        )
 
 
 def _allow_list(
@@ -390,6 +446,15 @@ def _build(checked: _Checked, path: Path, files: DiskFiles | StoredFiles) -> Ins
         definition_sha256=canonical_sha256(document),
         files=files,
         loaded_files=MappingProxyType(checked.loaded),
+        budget=Budget(
+            tokens_per_day=checked.section("budget").get("tokens_per_day"),
+            cost_per_day=(
+                None
+                if checked.section("budget").get("cost_per_day") is None
+                else float(checked.section("budget")["cost_per_day"])
+            ),
+            prices=checked.prices,
+        ),
     )
 
 

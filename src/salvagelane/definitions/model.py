@@ -15,6 +15,7 @@ from salvagelane.logs import redact_url
 from salvagelane.vocabulary import NotifyOn
 
 if TYPE_CHECKING:
+    from salvagelane.definitions.prices import PriceTable
     from salvagelane.definitions.snapshot import DefinitionFiles
 
 # --- The definition, as loaded -------------------------------------------------------------
@@ -210,6 +211,23 @@ class NotifySpec:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Budget:
+    """What an instruction may spend in one day (the calendar day of a run's fire time,
+    or of its start for an unscheduled run, in the schedule's time zone): prompt plus
+    completion tokens, and cost by ``prices``. None: no limit. ``prices`` is the price
+    table that applies (named by ``budget.prices``, or the directory's default), None
+    when there is none."""
+
+    tokens_per_day: int | None = None
+    cost_per_day: float | None = None
+    prices: PriceTable | None = None
+
+    @property
+    def limited(self) -> bool:
+        return self.tokens_per_day is not None or self.cost_per_day is not None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Instruction:
     """A validated instruction definition.
 
@@ -243,6 +261,7 @@ class Instruction:
     files: DefinitionFiles | None = None
     loaded_files: Mapping[str, str] = field(default_factory=dict)
     stored_sha256: str | None = None
+    budget: Budget = field(default_factory=Budget)
 
     def response_schema(self) -> dict[str, Any]:
         """The report's schema as a structured-output hint sends it: every ``$ref``

@@ -88,6 +88,10 @@ class ModelCalled(RunEvent):
     error_kind: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cost: float | None = None
+    """What the call cost by the definition's price table (``currency``); None without
+    one, or for a call that failed."""
+    currency: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -201,6 +205,22 @@ class HeartbeatMissed(RunEvent):
     """A heartbeat could not be written; the run goes on."""
 
     name: ClassVar[str] = "run.heartbeat_failed"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BudgetExhausted(RunEvent):
+    """The instruction's daily budget was reached before model call ``attempt``: the call
+    was not made (``limit_kind`` ``tokens`` or ``cost``; ``spent`` and ``limit`` in
+    tokens or in ``currency``; ``day`` in ``timezone``, the schedule's)."""
+
+    name: ClassVar[str] = "run.budget_exhausted"
+    attempt: int
+    limit_kind: str
+    spent: float
+    limit: float
+    day: str
+    timezone: str
+    currency: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -35,6 +35,7 @@ LEVELS: Mapping[type[Event], str] = {
     kinds.CallCutRequested: _INFO,
     kinds.CancelCheckFailed: _WARNING,
     kinds.HeartbeatMissed: _WARNING,
+    kinds.BudgetExhausted: _WARNING,
     kinds.RunFailed: _WARNING,
     kinds.RunCancelled: _WARNING,
     kinds.FailureNotRecorded: _WARNING,

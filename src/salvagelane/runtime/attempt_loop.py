@@ -36,6 +36,7 @@ from salvagelane.events.kinds import (
     AttemptSalvaged,
     AttemptSpooled,
     AttemptStored,
+    BudgetExhausted,
     CallCutRequested,
     CancelCheckFailed,
     CancelSeen,
@@ -45,6 +46,7 @@ from salvagelane.events.kinds import (
     RetryAsked,
 )
 from salvagelane.logs import scrub_text
+from salvagelane.runtime.budget import BudgetCheck, Exhausted, call_cost
 from salvagelane.runtime.plan import plan_run, provider_retry_cause, redacted
 from salvagelane.runtime.run_records import (
     StoredAttempt,
@@ -63,6 +65,15 @@ written): True when the operator cancelled it (``runs cancel``, through the task
 
 class CancelRequested(Exception):
     """A run's stop request was seen at a check point (internal to the runtime)."""
+
+
+class BudgetReached(Exception):
+    """The day's budget was reached before a run's first model call (internal to the
+    runtime): the run fails without calling the model."""
+
+    def __init__(self, exhausted: Exhausted) -> None:
+        super().__init__(exhausted.amounts())
+        self.exhausted = exhausted
 
 
 class AttemptLoop:
@@ -84,8 +95,12 @@ class AttemptLoop:
         spool_for: Callable[[], Spool],
         should_stop: StopRequest | None = None,
         stop_poll_seconds: float = 1.0,
+        budget: BudgetCheck | None = None,
     ):
         self._store = store
+        self._budget = budget
+        self.budget_stop: Exhausted | None = None
+        """The budget limit that stopped the loop before a retry (None: none did)."""
         self._run_id = run_id
         self._instruction = instruction
         self._connector = connector
@@ -121,6 +136,8 @@ class AttemptLoop:
                 # Attempts already stored still compete for the report; the deadline only
                 # stops asking again.
                 break
+            if self._over_budget(number):
+                break  # as the deadline: the attempts made still compete for the report
             attempts_left = retry.attempts - number
             request = plan.request(
                 max_output_tokens=budget,
@@ -164,12 +181,23 @@ class AttemptLoop:
                 )
                 continue
 
+            prompt_tokens = usage_tokens(completion.usage, "prompt_tokens")
+            completion_tokens = usage_tokens(completion.usage, "completion_tokens")
+            prices = instruction.budget.prices
             self._publish_call(
                 number,
                 self._monotonic() - call_began,
                 "ok",
-                prompt_tokens=usage_tokens(completion.usage, "prompt_tokens"),
-                completion_tokens=usage_tokens(completion.usage, "completion_tokens"),
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                cost=call_cost(
+                    prices,
+                    model=completion.model,
+                    fallback=instruction.connector.model,
+                    prompt=prompt_tokens,
+                    completion=completion_tokens,
+                ),
+                currency=None if prices is None else prices.currency,
             )
             # A key echoed in the answer is redacted before anything stores or parses it.
             completion, redactions = redacted(completion)
@@ -223,6 +251,33 @@ class AttemptLoop:
                 deadline_seconds=deadline,
             )
         )
+        return True
+
+    def _over_budget(self, number: int) -> bool:
+        """Before call ``number``: True when the day's budget is reached (a retry must
+        not overspend it either); BudgetReached before the first call."""
+        if self._budget is None:
+            return False
+        over = self._budget()
+        if over is None:
+            return False
+        spend = over.spend
+        self._events.publish(
+            BudgetExhausted(
+                run_id=self._run_id,
+                instruction_id=self._instruction.id,
+                attempt=number,
+                limit_kind=over.what,
+                spent=over.spent,
+                limit=over.limit,
+                day=spend.day.isoformat(),
+                timezone=spend.timezone,
+                currency=None if spend.cost is None else spend.cost.currency,
+            )
+        )
+        if number == 1:
+            raise BudgetReached(over)
+        self.budget_stop = over
         return True
 
     def check_point(self) -> None:

@@ -53,7 +53,13 @@ from salvagelane.events.kinds import (
 )
 from salvagelane.logs import bound, scrub_text
 from salvagelane.runtime import run_records
-from salvagelane.runtime.attempt_loop import AttemptLoop, CancelRequested, StopRequest
+from salvagelane.runtime.attempt_loop import (
+    AttemptLoop,
+    BudgetReached,
+    CancelRequested,
+    StopRequest,
+)
+from salvagelane.runtime.budget import Exhausted, budget_check
 from salvagelane.runtime.delivery import (
     DEFAULT_POLICY,
     DeliveryPolicy,
@@ -155,6 +161,10 @@ class _RunState:
     run_id: str
     attempts: list[StoredAttempt] = dataclasses.field(default_factory=list)
     deadline_passed: bool = False
+    # The day the run's budget counts (its fire time, or its start when unscheduled).
+    day_of: datetime | None = None
+    trigger: Trigger = Trigger.MANUAL
+    budget_stop: Exhausted | None = None
     sinks: tuple[Sink, ...] = ()
     claims: list[ClaimedDelivery] = dataclasses.field(default_factory=list)
 
@@ -253,7 +263,7 @@ class Executor:
             )
         if self._on_claimed is not None:
             self._on_claimed(run_id)
-        state = _RunState(run_id=run_id)
+        state = _RunState(run_id=run_id, day_of=scheduled_for or started, trigger=trigger)
         with bound(run_id=run_id, instruction=instruction.id):
             self._events.publish(
                 RunStarted(
@@ -277,6 +287,8 @@ class Executor:
                     outcome = self._execute(with_snapshot(instruction, snapshot), state)
             except DefinitionError as exc:
                 outcome = self._fail(instruction, state, f"definition: {exc}")
+            except BudgetReached as exc:
+                outcome = self._fail(instruction, state, exc.exhausted.message(instruction.id))
             except CancelRequested:
                 outcome = self._fail(
                     instruction,
@@ -406,8 +418,12 @@ class Executor:
             spool_for=self._spool_for,
             should_stop=self._should_stop,
             stop_poll_seconds=self._stop_poll_seconds,
+            budget=budget_check(
+                self._store, instruction, state.day_of or self._clock(), trigger=state.trigger
+            ),
         )
         state.deadline_passed = loop.run()
+        state.budget_stop = loop.budget_stop
         return self._persist(instruction, state)
 
     def _spool_for(self) -> Spool:
@@ -422,6 +438,14 @@ class Executor:
         settlement = run_records.settle(
             instruction, state.attempts, deadline_passed=state.deadline_passed
         )
+        if state.budget_stop is not None and settlement.status is RunStatus.FAILED:
+            # The retry the budget stopped might have saved the run: say so first.
+            made = len(state.attempts)
+            settlement = dataclasses.replace(
+                settlement,
+                error=f"{state.budget_stop.message(instruction.id, attempts_made=made)}; "
+                f"the attempt(s) made ended: {settlement.error or 'no attempt was made'}",
+            )
         if settlement.report is None:
             return self._fail(instruction, state, settlement.error or "no attempt was made")
         finished_at = self._clock()

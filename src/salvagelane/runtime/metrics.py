@@ -170,6 +170,13 @@ class Metrics:
             ["instruction", "type"],
             registry=registry,
         )
+        self._cost = Counter(
+            f"{PREFIX}_cost",
+            "What model calls cost by the definition's price table (budget.prices, or "
+            "prices.json beside it), by instruction and currency; nothing without a table.",
+            ["instruction", "currency"],
+            registry=registry,
+        )
         self._kept = Counter(
             f"{PREFIX}_items_kept",
             "Items kept in the reports of finished runs, by instruction.",
@@ -235,6 +242,10 @@ class Metrics:
                 self._tokens.labels(event.instruction_id, "output").inc(
                     max(0, event.completion_tokens)
                 )
+                if event.cost is not None and event.currency is not None:
+                    self._cost.labels(event.instruction_id, event.currency).inc(
+                        max(0.0, event.cost)
+                    )
         elif isinstance(event, RetryAsked):
             self._retries.labels(event.instruction_id, event.cause).inc()
         elif isinstance(event, RunFinished):

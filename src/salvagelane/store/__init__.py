@@ -32,6 +32,7 @@ from salvagelane.store.leadership import (
 from salvagelane.store.quarantine_lane import QuarantineLane
 from salvagelane.store.queued import QueuedRun, QueuedRuns, SettledRun
 from salvagelane.store.repository import Store
+from salvagelane.store.spend import ModelSpend, SpendReader
 from salvagelane.store.state import StateReader, StoreState
 from salvagelane.store.values import (
     ApprovalView,
@@ -72,6 +73,7 @@ __all__ = [
     "InputDigest",
     "InstructionHealth",
     "LeaderLock",
+    "ModelSpend",
     "OpenDelivery",
     "PendingDelivery",
     "PostgresLeaderLock",
@@ -92,6 +94,7 @@ __all__ = [
     "RunSummary",
     "SettledRun",
     "SinkDeliveryView",
+    "SpendReader",
     "SqliteServeLock",
     "StateReader",
     "Store",

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -44,6 +44,7 @@ from salvagelane.store._rows import Transactions
 from salvagelane.store.backlog import NO_QUEUE, QueueFigures, read_figures
 from salvagelane.store.figures import RunFigures, figures_of
 from salvagelane.store.models import AttemptRow, QuarantinedItemRow, ReportRow, RunRow
+from salvagelane.store.spend import ModelSpend, spend_of
 from salvagelane.vocabulary import FINAL_RUN_STATUSES, ReviewStatus, RunStatus, Trigger
 
 RECENT_RUNS = 30
@@ -151,6 +152,8 @@ class TokenUsage:
     completion: int
     attempts: int
     unreported: int
+    models: tuple[ModelSpend, ...] = ()
+    """The same calls per model (as the provider reported it), for pricing them."""
 
     @property
     def total(self) -> int:
@@ -185,6 +188,13 @@ class InstructionHealth:
     every_trigger: bool = False
     """The window's runs, statuses, finish reasons and rates count every trigger; False:
     only scheduled runs (``schedule``, ``catch_up``)."""
+    currency: str | None = None
+    """The currency of ``cost_by_day``; None: no price table applies (no cost figures)."""
+    cost_by_day: Mapping[str, float] = field(default_factory=dict)
+    """What the tokens of each day of ``tokens_by_day`` cost, by the instruction's price
+    table (:func:`salvagelane.runtime.budget.with_cost` fills it in)."""
+    cost_note: str | None = None
+    """What the cost figures do not say by themselves (models priced at another's price)."""
 
 
 # --- the pure computation -------------------------------------------------------------------
@@ -257,19 +267,26 @@ def _tokens(usage: Any, key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def tokens_of(attempts: Iterable[tuple[datetime, Any]]) -> dict[str, TokenUsage]:
-    """(started at, usage) of model calls as tokens per UTC day; the connectors store
-    ``prompt_tokens`` and ``completion_tokens`` (None when the provider sent none)."""
+def tokens_of(
+    attempts: Iterable[tuple[datetime, Any] | tuple[datetime, Any, str | None]],
+) -> dict[str, TokenUsage]:
+    """(started at, usage[, model]) of model calls as tokens per UTC day; the connectors
+    store ``prompt_tokens`` and ``completion_tokens`` (None when the provider sent none)."""
     days: dict[str, list[int]] = {}
-    for moment, usage in attempts:
+    models: dict[str, list[tuple[str | None, Any]]] = {}
+    for moment, usage, *model in attempts:
         prompt, completion = _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
-        bucket = days.setdefault(day_of(moment), [0, 0, 0, 0])
+        day = day_of(moment)
+        bucket = days.setdefault(day, [0, 0, 0, 0])
         bucket[0] += prompt or 0
         bucket[1] += completion or 0
         bucket[2] += 1
         bucket[3] += prompt is None and completion is None
+        models.setdefault(day, []).append((model[0] if model else None, usage))
     return {
-        day: TokenUsage(prompt=p, completion=c, attempts=n, unreported=u)
+        day: TokenUsage(
+            prompt=p, completion=c, attempts=n, unreported=u, models=spend_of(models[day])
+        )
         for day, (p, c, n, u) in sorted(days.items())
     }
 
@@ -284,7 +301,7 @@ def health_of(
     scheduled: Iterable[HealthRun],
     window: Sequence[WindowRun],
     quarantined: Iterable[tuple[str, str, int]],
-    attempts: Iterable[tuple[datetime, Any]],
+    attempts: Iterable[tuple[datetime, Any] | tuple[datetime, Any, str | None]],
     queue: QueueFigures = NO_QUEUE,
     queue_stall_seconds: float = float("inf"),
     every_trigger: bool = False,
@@ -403,13 +420,15 @@ class HealthReader:
             quarantined: dict[str, list[tuple[str, str, int]]] = {}
             for i, day, reason, count in _quarantined_by_instruction(session, ids, since):
                 quarantined.setdefault(i, []).append((day, reason, count))
-            attempts: dict[str, list[tuple[datetime, Any]]] = {}
-            for i, started, usage in session.execute(
-                sa.select(RunRow.instruction_id, AttemptRow.started_at, AttemptRow.usage)
+            attempts: dict[str, list[tuple[datetime, Any, str | None]]] = {}
+            for i, started, usage, model in session.execute(
+                sa.select(
+                    RunRow.instruction_id, AttemptRow.started_at, AttemptRow.usage, AttemptRow.model
+                )
                 .join(RunRow, RunRow.id == AttemptRow.run_id)
                 .where(RunRow.instruction_id.in_(ids), AttemptRow.started_at >= since)
             ).tuples():
-                attempts.setdefault(i, []).append((started, usage))
+                attempts.setdefault(i, []).append((started, usage, model))
             queue = read_figures(session)
             return [
                 health_of(
@@ -657,6 +676,14 @@ def health_json(health: InstructionHealth) -> dict[str, Any]:
                 "unreported": usage.unreported,
             }
             for day, usage in health.tokens_by_day.items()
+        },
+        # Beside the tokens when a price table applies (its currency), else null.
+        "cost_by_day": None
+        if health.currency is None
+        else {
+            "currency": health.currency,
+            "days": {day: round(amount, 6) for day, amount in health.cost_by_day.items()},
+            "note": health.cost_note,
         },
         "queue": {
             "queued_runs": health.queued_runs,

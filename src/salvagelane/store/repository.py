@@ -63,6 +63,7 @@ from salvagelane.store.models import (
 )
 from salvagelane.store.quarantine_lane import QuarantineLane
 from salvagelane.store.queued import QueuedRuns
+from salvagelane.store.spend import SpendReader
 from salvagelane.store.spool import Imported, SpooledAttempt
 from salvagelane.store.state import StateReader
 from salvagelane.store.values import (
@@ -177,6 +178,11 @@ class Store:
     def health(self) -> HealthReader:
         """Run health per instruction: streaks, rates, reasons and tokens over time."""
         return HealthReader(self._transaction, self.url)
+
+    @property
+    def spend(self) -> SpendReader:
+        """What an instruction's runs spent (tokens per model) over a span of fire times."""
+        return SpendReader(self._transaction)
 
     @property
     def state(self) -> StateReader:

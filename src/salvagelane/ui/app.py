@@ -39,6 +39,7 @@ from salvagelane.errors import (
     StoreError,
     UnavailableError,
 )
+from salvagelane.runtime.budget import priced_healths
 from salvagelane.runtime.settings import DEFAULT_QUEUE_STALL_SECONDS
 from salvagelane.safe_text import line
 from salvagelane.store import BulkSelection, QuarantineDetail, QuarantineFilter, Store
@@ -427,9 +428,11 @@ def _health(page: Page, request: Request) -> list[Any]:
     if instruction and instruction not in store.instruction_ids():
         raise PageError(404, f"no stored run has instruction {instruction!r}")
     # The same stall time as `salvagelane health`, so both say the same.
-    return store.health.healths(
+    figures = store.health.healths(
         ids, now=now, days=days, queue_stall_seconds=DEFAULT_QUEUE_STALL_SECONDS
     )
+    # Cost beside tokens, by the price table the newest stored definition kept.
+    return priced_healths(store, figures)
 
 
 async def health_page(request: Request, page: Page) -> Response:
