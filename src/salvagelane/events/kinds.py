@@ -585,6 +585,8 @@ class DefinitionsReloaded(Event):
     rescheduled: tuple[str, ...]
     updated: tuple[str, ...]
     removed: tuple[str, ...]
+    kept_previous: tuple[str, ...] = ()
+    """Definitions that no longer load, kept at their previous version."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -65,7 +65,18 @@ except ImportError as exc:
 from salvagelane.definitions import Instruction
 from salvagelane.definitions.directory import load_definitions, require_loadable
 from salvagelane.events import EventStream, logged_stream
-from salvagelane.logs import bound, get_logger
+from salvagelane.events.kinds import (
+    DefinitionInvalid,
+    JobCrashed,
+    QueueCheckFailed,
+    QueuedRunNotTaken,
+    QueuedRunUnknown,
+    QueueJobReleased,
+    QueueSchemaInstalled,
+    RunFailed,
+    ShutdownWaiting,
+)
+from salvagelane.logs import bound
 from salvagelane.runtime.executor import ConnectorFactory, Executor, SinkFactory, mark_abandoned
 from salvagelane.store import QueuedRun, Store, database_url, masked_url
 from salvagelane.store.engine import describe
@@ -82,8 +93,6 @@ __all__ = [
     "install_schema",
     "require_postgres",
 ]
-
-log = get_logger("salvagelane.dispatch")
 
 TASK_NAME = "salvagelane.run"
 """The one task: execute the queued run named by its ``run_id`` argument."""
@@ -152,8 +161,16 @@ def _first_line(exc: BaseException) -> str:
 class QueueDispatch:
     """How a ``serve --dispatch queue`` leader hands fires to the workers."""
 
-    def __init__(self, url: str, store: Store, *, queue: str = DEFAULT_QUEUE) -> None:
+    def __init__(
+        self,
+        url: str,
+        store: Store,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        events: EventStream | None = None,
+    ) -> None:
         require_postgres(url, "serve --dispatch queue")
+        self._events = events or logged_stream()
         self._url = url
         self._store = store
         self._queue = queue
@@ -163,7 +180,7 @@ class QueueDispatch:
     def open(self) -> None:
         """Install the queue's tables if missing and open the pool."""
         if install_schema(self._url):
-            log.info("queue.schema_installed")
+            self._events.publish(QueueSchemaInstalled())
         self._app.open()
         self._opened = True
 
@@ -229,10 +246,10 @@ class QueueDispatch:
                     status="failed",
                     delete_job=False,
                 )
-                log.info("queue.job_released", job_id=job_id)
+                self._events.publish(QueueJobReleased(job_id=job_id))
             return stalled
-        except (queue_errors.ProcrastinateException, SalvagelaneError):
-            log.exception("queue.release_failed")
+        except (queue_errors.ProcrastinateException, SalvagelaneError) as exc:
+            self._events.publish(QueueCheckFailed(check="release", exception=exc))
             return []
 
 
@@ -348,7 +365,7 @@ class QueueWorker:
         """Load the definitions; ConfigurationError when none loads."""
         found = load_definitions(self._settings.instructions_dir)
         for problem in found.problems:
-            log.error("definition.invalid", error=problem)
+            self._events.publish(DefinitionInvalid(error=problem))
         require_loadable(found, self._settings.instructions_dir)
         self._definitions = found.instructions
 
@@ -358,7 +375,7 @@ class QueueWorker:
         if not self._definitions:
             self.load()
         if install_schema(self._url):
-            log.info("queue.schema_installed")
+            self._events.publish(QueueSchemaInstalled())
         asyncio.run(self._main())
 
     async def _main(self) -> None:
@@ -411,7 +428,7 @@ class QueueWorker:
     async def _drain(self, working: asyncio.Task[None]) -> None:
         timeout = self._settings.shutdown_timeout_seconds
         waiting = self.in_flight
-        log.info("shutdown.waiting", runs=sorted(waiting), timeout_seconds=timeout)
+        self._events.publish(ShutdownWaiting(runs=tuple(sorted(waiting)), timeout_seconds=timeout))
         if waiting:
             self._announce(
                 f"stopping: waiting up to {timeout:g} s for {len(waiting)} run(s) to finish"
@@ -443,16 +460,20 @@ class QueueWorker:
         with bound(run_id=run_id, job_id=context.job.id):
             try:
                 self._execute(context, run_id)
-            except Exception:
-                log.exception("run.crashed")
+            except Exception as exc:
+                self._events.publish(JobCrashed(run_id=run_id, exception=exc))
 
     def _execute(self, context: JobContext, run_id: str) -> None:
         queued = self._store.queued.get(run_id)
         if queued is None:
-            log.warning("run.unknown", reason="the job names a run the database does not hold")
+            self._events.publish(
+                QueuedRunUnknown(
+                    run_id=run_id, reason="the job names a run the database does not hold"
+                )
+            )
             return
         if queued.status != RunStatus.QUEUED:
-            log.info("run.not_taken", status=queued.status)
+            self._events.publish(QueuedRunNotTaken(run_id=run_id, status=queued.status))
             return
         instruction = self._definition(queued.instruction_id)
         if instruction is None:
@@ -488,7 +509,7 @@ class QueueWorker:
                 queued_run=run_id,
             )
         except RunTakenError as exc:
-            log.info("run.not_taken", status=exc.status)
+            self._events.publish(QueuedRunNotTaken(run_id=run_id, status=exc.status))
         finally:
             with self._guard:
                 self._in_flight.pop(run_id, None)
@@ -499,8 +520,8 @@ class QueueWorker:
                 row = connection.execute(
                     "SELECT abort_requested FROM procrastinate_jobs WHERE id = %s", (job_id,)
                 ).fetchone()
-        except psycopg.Error:
-            log.warning("queue.abort_check_failed", exc_info=True)
+        except psycopg.Error as exc:
+            self._events.publish(QueueCheckFailed(check="abort", exception=exc))
             return False
         return bool(row and row[0])
 
@@ -527,4 +548,6 @@ class QueueWorker:
             f"{self._settings.instructions_dir}/ (workers need the same definitions as serve)"
         )
         self._store.fail_run(queued.id, finished_at=self._clock(), error=error)
-        log.error("run.failed", error=error)
+        self._events.publish(
+            RunFailed(run_id=queued.id, instruction_id=queued.instruction_id, error=error)
+        )

@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from datetime import datetime, timedelta
+from typing import Protocol, TypedDict
 
 from salvagelane.definitions import Instruction
 from salvagelane.definitions.directory import DefinitionSet, load_definitions, require_loadable
@@ -42,8 +42,35 @@ from salvagelane.errors import (
     SalvagelaneError,
 )
 from salvagelane.events import EventStream, logged_stream
-from salvagelane.events.kinds import FireReceived
-from salvagelane.logs import bound, get_logger
+from salvagelane.events.kinds import (
+    DefinitionInvalid,
+    DefinitionsReloaded,
+    DefinitionsReloadFailed,
+    FireCaughtUp,
+    FireClaimed,
+    FireCrashed,
+    FireDropped,
+    FireDuplicate,
+    FireMissed,
+    FireNotQueued,
+    FireReceived,
+    FireRetryPlanned,
+    FireSkipped,
+    FireUnknown,
+    LeaderAcquired,
+    LeaderLost,
+    LeaderReleased,
+    LeaderStandby,
+    MissedNotRecorded,
+    QueueCheckFailed,
+    QueueResumed,
+    QueueStalled,
+    RedeliveryFailed,
+    RunInterrupted,
+    RunSettled,
+    ShutdownWaiting,
+)
+from salvagelane.logs import bound
 from salvagelane.runtime.delivery import redeliver_due, sinks_from_definitions
 from salvagelane.runtime.executor import ConnectorFactory, Executor, SinkFactory, mark_abandoned
 from salvagelane.runtime.scheduler import (
@@ -67,8 +94,6 @@ __all__ = [
     "Service",
     "fire",
 ]
-
-log = get_logger("salvagelane.service")
 
 TARGET = "salvagelane.runtime.service:fire"
 """The textual job reference every scheduled job names."""
@@ -117,6 +142,15 @@ class Fire:
         return f"{kind}:{self.instruction_id}:{self.scheduled_for.isoformat()}"
 
 
+class FireFields(TypedDict):
+    """The fields every event about one fire carries."""
+
+    instruction_id: str
+    scheduled_for: datetime
+    trigger: Trigger
+    retry_of: str | None
+
+
 # --- the job function ------------------------------------------------------------------------
 
 _active: Service | None = None
@@ -133,15 +167,20 @@ def fire(
     """The job function (named textually by :data:`TARGET`): run one fire on the
     service of this process."""
     service = _active
+    moment = datetime.fromisoformat(scheduled_for)
     if service is None:
-        log.warning("fire.dropped", instruction=instruction_id, reason="no service is running")
+        # No service, so no stream of its own: the fact still reaches the log.
+        logged_stream().publish(
+            FireDropped(
+                instruction_id=instruction_id,
+                scheduled_for=moment,
+                trigger=Trigger(trigger),
+                retry_of=retry_of,
+                reason="no service is running",
+            )
+        )
         return
-    service.fire(
-        instruction_id,
-        datetime.fromisoformat(scheduled_for),
-        trigger=Trigger(trigger),
-        retry_of=retry_of,
-    )
+    service.fire(instruction_id, moment, trigger=Trigger(trigger), retry_of=retry_of)
 
 
 # --- the service -----------------------------------------------------------------------------
@@ -268,7 +307,7 @@ class Service:
                     continue
                 if not standing_by:
                     standing_by = True
-                    log.info("leader.standby", poll_seconds=self._settings.poll_seconds)
+                    self._events.publish(LeaderStandby(poll_seconds=self._settings.poll_seconds))
                     self._announce(
                         "standby: another node leads; taking over when it stops "
                         f"(checking every {self._settings.poll_seconds:g} s)"
@@ -286,7 +325,7 @@ class Service:
             self._reload()
 
     def _lead(self) -> None:
-        log.info("leader.acquired", instructions=len(self._definitions))
+        self._events.publish(LeaderAcquired(instructions=len(self._definitions)))
         scheduler = CronScheduler(
             target=TARGET, max_workers=self._settings.max_workers, on_skipped=self._skipped
         )
@@ -316,7 +355,7 @@ class Service:
                     break
                 if not self._lock.is_held():
                     lost = True
-                    log.error("leader.lost")
+                    self._events.publish(LeaderLost())
                     self._announce("lost the scheduler lock (database connection?): standing by")
                     break
                 now = self._clock()
@@ -336,7 +375,9 @@ class Service:
         reason = "the scheduler lock was lost" if lost else f"serve stopped ({self._stop_reason})"
         waiting = self.in_flight
         if waiting:
-            log.info("shutdown.waiting", runs=sorted(waiting), timeout_seconds=timeout)
+            self._events.publish(
+                ShutdownWaiting(runs=tuple(sorted(waiting)), timeout_seconds=timeout)
+            )
             self._announce(
                 f"stopping: waiting up to {timeout:g} s for {len(waiting)} run(s) to finish"
             )
@@ -357,7 +398,7 @@ class Service:
             # node that lost the lock leaves that to the node that took it.)
             self._settle_before(self._clock(), f"serve stopped ({self._stop_reason}) before it ran")
         self._lock.release()
-        log.info("leader.released", abandoned_runs=len(abandoned))
+        self._events.publish(LeaderReleased(abandoned_runs=len(abandoned)))
 
     @property
     def _stop_reason(self) -> str:
@@ -373,8 +414,8 @@ class Service:
                 now=self._clock(),
                 clock=self._clock,
             )
-        except SalvagelaneError:
-            log.exception("delivery.redeliver_failed")
+        except SalvagelaneError as exc:
+            self._events.publish(RedeliveryFailed(exception=exc))
 
     def _redeliver_in_background(self) -> None:
         # A thread of its own: a slow sink must not hold up the poll loop that notices
@@ -401,12 +442,13 @@ class Service:
         interrupted scheduled run whose fire is within grace, once."""
         stale_before = now - timedelta(seconds=self._settings.stale_after_seconds)
         for run in self._store.interrupt_stale_runs(stale_before=stale_before, now=now):
-            log.warning(
-                "run.interrupted",
-                run_id=run.id,
-                instruction=run.instruction_id,
-                scheduled_for=_iso(run.scheduled_for),
-                reason="no heartbeat",
+            self._events.publish(
+                RunInterrupted(
+                    run_id=run.id,
+                    instruction_id=run.instruction_id,
+                    scheduled_for=run.scheduled_for,
+                    reason="no heartbeat",
+                )
             )
         # Before the retries are listed: a stranded fire is retried in this same pass.
         self._settle_queued(now)
@@ -430,11 +472,13 @@ class Service:
             ):
                 continue
             self._retries_asked.add(run.id)
-            log.info(
-                "fire.retry",
-                instruction=run.instruction_id,
-                scheduled_for=_iso(run.scheduled_for),
-                retry_of=run.id,
+            self._events.publish(
+                FireRetryPlanned(
+                    instruction_id=run.instruction_id,
+                    scheduled_for=run.scheduled_for,
+                    trigger=run.trigger,
+                    retry_of=run.id,
+                )
             )
             retries.append(
                 Fire(
@@ -457,17 +501,18 @@ class Service:
                 now=now,
                 unconsumed_after=self._settings.queue_stall_seconds if in_process else None,
             )
-        except SalvagelaneError:
-            log.exception("queue.settle_failed")
+        except SalvagelaneError as exc:
+            self._events.publish(QueueCheckFailed(check="settle", exception=exc))
             return
         for run in settled:
-            log.warning(
-                "run.settled",
-                run_id=run.id,
-                instruction=run.instruction_id,
-                job_id=run.job_id,
-                status="interrupted",
-                reason=run.reason,
+            self._events.publish(
+                RunSettled(
+                    run_id=run.id,
+                    instruction_id=run.instruction_id,
+                    job_id=run.job_id,
+                    status="interrupted",
+                    reason=run.reason,
+                )
             )
 
     def _watch_queue(self, now: datetime) -> None:
@@ -477,13 +522,15 @@ class Service:
         after = self._settings.queue_stall_seconds
         try:
             figures = self._store.queued.figures()
-        except SalvagelaneError:
-            log.exception("queue.watch_failed")
+        except SalvagelaneError as exc:
+            self._events.publish(QueueCheckFailed(check="watch", exception=exc))
             return
         stalled = figures.stalled(None, now=now, after_seconds=after)
         if not stalled:
             if self._stalled_warned is not None:
-                log.info("queue.resumed", queued=figures.queued, live_workers=figures.live_workers)
+                self._events.publish(
+                    QueueResumed(queued=figures.queued, live_workers=figures.live_workers)
+                )
             self._stalled_warned = None
             return
         if self._stalled_warned is not None and now - self._stalled_warned < timedelta(
@@ -493,13 +540,14 @@ class Service:
         self._stalled_warned = now
         oldest = figures.oldest
         waited = 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
-        log.warning(
-            "queue.stalled",
-            queued=figures.queued,
-            oldest_queued_at=_iso(oldest),
-            waited_seconds=round(waited, 1),
-            live_workers=figures.live_workers or 0,
-            stall_after_seconds=after,
+        self._events.publish(
+            QueueStalled(
+                queued=figures.queued,
+                oldest_queued_at=oldest,
+                waited_seconds=round(waited, 1),
+                live_workers=figures.live_workers or 0,
+                stall_after_seconds=after,
+            )
         )
         self._announce(
             f"warning: {figures.queued} queued run(s) waiting, the oldest for {waited:.0f} s, "
@@ -549,8 +597,12 @@ class Service:
                     "misfire grace",
                 )
             if plan.catch_up is not None:
-                log.info(
-                    "fire.catch_up", instruction=instruction.id, scheduled_for=_iso(plan.catch_up)
+                self._events.publish(
+                    FireCaughtUp(
+                        instruction_id=instruction.id,
+                        scheduled_for=plan.catch_up,
+                        trigger=Trigger.CATCH_UP,
+                    )
                 )
                 fires.append(
                     Fire(
@@ -596,9 +648,9 @@ class Service:
             unrun = [moment for moment in due if moment not in recorded]
             if unrun:
                 self._record_missed(instruction, unrun, reason)
-        except SalvagelaneError:
+        except SalvagelaneError as exc:
             # The watermark stays: the next pass looks at these fires again.
-            log.exception("fire.missed_not_recorded", instruction=instruction.id)
+            self._events.publish(MissedNotRecorded(instruction_id=instruction.id, exception=exc))
             return
         self._settled[instruction.id] = horizon
 
@@ -619,12 +671,13 @@ class Service:
                 reason=reason,
             )
             if run_id is not None:
-                log.warning(
-                    "fire.missed",
-                    instruction=instruction.id,
-                    scheduled_for=_iso(moment),
-                    run_id=run_id,
-                    reason=reason,
+                self._events.publish(
+                    FireMissed(
+                        instruction_id=instruction.id,
+                        scheduled_for=moment,
+                        run_id=run_id,
+                        reason=reason,
+                    )
                 )
 
     def _skipped(self, instruction_id: str, fires: Sequence[datetime], reason: str) -> None:
@@ -633,8 +686,8 @@ class Service:
             return
         try:
             self._record_missed(instruction, fires, reason)
-        except SalvagelaneError:
-            log.exception("fire.missed_not_recorded", instruction=instruction_id)
+        except SalvagelaneError as exc:
+            self._events.publish(MissedNotRecorded(instruction_id=instruction_id, exception=exc))
 
     def _submit(self, fires: Sequence[Fire]) -> None:
         scheduler = self._scheduler
@@ -662,23 +715,17 @@ class Service:
         """Claim and run one fire (in a worker thread). Never raises: a fire that fails
         is recorded on its run and logged; the scheduler goes on."""
         with bound(instruction=instruction_id):
-            fields = {
-                "scheduled_for": _iso(scheduled_for),
-                "trigger": trigger,
-                "retry_of": retry_of,
-            }
+            fields = FireFields(
+                instruction_id=instruction_id,
+                scheduled_for=scheduled_for,
+                trigger=trigger,
+                retry_of=retry_of,
+            )
             instruction = self._definitions.get(instruction_id)
             if instruction is None:
-                log.warning("fire.unknown", **fields)
+                self._events.publish(FireUnknown(**fields))
                 return
-            self._events.publish(
-                FireReceived(
-                    instruction_id=instruction_id,
-                    scheduled_for=scheduled_for,
-                    trigger=trigger,
-                    retry_of=retry_of,
-                )
-            )
+            self._events.publish(FireReceived(**fields))
             if self._dispatch is not None:
                 self._enqueue(self._dispatch, instruction, scheduled_for, trigger, retry_of, fields)
                 return
@@ -691,7 +738,7 @@ class Service:
                     if not closed:
                         self._active_fires += 1
                 if closed:
-                    log.info("fire.skipped", reason="not leading", **fields)
+                    self._events.publish(FireSkipped(reason="not leading", **fields))
                     return
                 try:
                     self._run(instruction, scheduled_for, trigger, retry_of, fields)
@@ -706,7 +753,7 @@ class Service:
         scheduled_for: datetime,
         trigger: Trigger,
         retry_of: str | None,
-        fields: dict[str, str | None],
+        fields: FireFields,
     ) -> None:
         claimed: list[str] = []
 
@@ -714,7 +761,7 @@ class Service:
             claimed.append(run_id)
             with self._guard:
                 self._in_flight[run_id] = instruction.id
-            log.info("fire.claimed", run_id=run_id, **fields)
+            self._events.publish(FireClaimed(run_id=run_id, **fields))
 
         executor = Executor(
             self._store,
@@ -729,11 +776,11 @@ class Service:
                 instruction, trigger=trigger, scheduled_for=scheduled_for, retry_of=retry_of
             )
         except DuplicateFireError:
-            log.info("fire.duplicate", **fields)
-        except Exception:
+            self._events.publish(FireDuplicate(**fields))
+        except Exception as exc:
             # Recorded on the run by the executor where the database allowed; the
             # scheduler thread must survive it.
-            log.exception("fire.crashed", **fields)
+            self._events.publish(FireCrashed(exception=exc, **fields))
         finally:
             with self._guard:
                 for run_id in claimed:
@@ -746,14 +793,14 @@ class Service:
         scheduled_for: datetime,
         trigger: Trigger,
         retry_of: str | None,
-        fields: dict[str, str | None],
+        fields: FireFields,
     ) -> None:
         # The queue keeps one run of an instruction at a time (across workers): no
         # instruction lock here, a fire is claimed as soon as it comes.
         with self._guard:
             closed = self._gate_closed or self._stopping.is_set()
         if closed:
-            log.info("fire.skipped", reason="not leading", **fields)
+            self._events.publish(FireSkipped(reason="not leading", **fields))
             return
         try:
             run_id = dispatch.enqueue(
@@ -764,13 +811,13 @@ class Service:
                 now=self._clock(),
             )
         except DuplicateFireError:
-            log.info("fire.duplicate", **fields)
-        except SalvagelaneError:
+            self._events.publish(FireDuplicate(**fields))
+        except SalvagelaneError as exc:
             # Claim and job rolled back together: the fire is unclaimed, and settling
             # (or the next leader's catch-up) gives it its outcome.
-            log.exception("fire.not_queued", **fields)
+            self._events.publish(FireNotQueued(exception=exc, **fields))
         else:
-            log.info("fire.claimed", run_id=run_id, queued=True, **fields)
+            self._events.publish(FireClaimed(run_id=run_id, queued=True, **fields))
 
     @contextmanager
     def _instruction_lock(self, instruction_id: str) -> Iterator[None]:
@@ -787,7 +834,7 @@ class Service:
         try:
             found = load_definitions(self._settings.instructions_dir, self._definitions)
         except ConfigurationError as exc:
-            log.error("definitions.reload_failed", error=str(exc))
+            self._events.publish(DefinitionsReloadFailed(error=str(exc)))
             self._announce(f"reload failed, keeping every definition: {exc}")
             return
         self._report_problems(found)
@@ -825,14 +872,15 @@ class Service:
                 scheduler.remove_instruction(instruction_id)
                 self._settled.pop(instruction_id, None)
         kept = list(found.kept)
-        log.info(
-            "definitions.reloaded",
-            instructions=sorted(after),
-            scheduled=sorted(after) if scheduler is not None else [],
-            rescheduled=sorted(rescheduled),
-            updated=sorted(updated),
-            removed=removed,
-            kept_previous=kept,
+        self._events.publish(
+            DefinitionsReloaded(
+                instructions=tuple(sorted(after)),
+                scheduled=tuple(sorted(after)) if scheduler is not None else (),
+                rescheduled=tuple(sorted(rescheduled)),
+                updated=tuple(sorted(updated)),
+                removed=tuple(removed),
+                kept_previous=tuple(kept),
+            )
         )
         counts = f"{len(updated)} changed, "
         if scheduler is not None:
@@ -845,9 +893,5 @@ class Service:
 
     def _report_problems(self, found: DefinitionSet) -> None:
         for problem in found.problems:
-            log.error("definition.invalid", error=problem)
+            self._events.publish(DefinitionInvalid(error=problem))
             self._announce(f"invalid definition: {problem}")
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.astimezone(UTC).isoformat()
