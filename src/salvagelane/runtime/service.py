@@ -1,19 +1,11 @@
 """``salvagelane serve``: the long-running scheduler node.
 
-One node leads at a time (see :mod:`salvagelane.store.leadership`); the others stand by
+One node leads at a time (:mod:`salvagelane.runtime.leadership`); the others stand by
 and poll the lock. The leader schedules every instruction definition, and on taking the
-lead it first settles what happened while nobody led:
-
-1. runs left ``running`` whose heartbeat went stale are marked ``interrupted`` (their
-   raw outputs stay), and an interrupted scheduled run is retried once while its fire
-   is still within the misfire grace;
-2. per instruction, the newest fire that passed unrun is run once as a ``catch_up`` if
-   still within grace; older unrun fires are recorded as ``missed``.
-
-Every fire claims (instruction, fire time) in the database before it runs, so a
-duplicate (another node, a catch-up racing the scheduler, an external ``run
---scheduled-for``) does nothing but log ``fire.duplicate``. The leader repeats step 1
-every poll interval, so a run of a node that died is noticed without a restart.
+lead it first settles what happened while nobody led (:mod:`.fire_planner`): stale runs
+are marked interrupted and retried once within grace, the newest unrun fire is caught up,
+older ones are recorded missed. Each fire claims its run before it runs
+(:mod:`.fire_runner`), so a duplicate does nothing but publish ``fire.duplicate``.
 
 With a :class:`Dispatch` (``serve --dispatch queue``, docs/adr/0013) the leader executes
 nothing itself: each fire, catch-up and retry is claimed ``queued`` and handed to the
@@ -22,65 +14,34 @@ task queue in the same transaction, and ``salvagelane worker`` processes run it.
 Stopping (SIGTERM/SIGINT) ends new fires at once, lets runs in flight finish for up to
 the shutdown timeout, then marks those still going ``interrupted``. SIGHUP reloads the
 definitions; a definition that no longer loads is reported and its previous version kept.
+This module is the coordinator: it owns the definitions and wires the parts together.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Protocol, TypedDict
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 
 from salvagelane.definitions import Instruction
 from salvagelane.definitions.directory import DefinitionSet, load_definitions, require_loadable
-from salvagelane.errors import (
-    ConfigurationError,
-    DuplicateFireError,
-    SalvagelaneError,
-)
+from salvagelane.errors import ConfigurationError, SalvagelaneError
 from salvagelane.events import EventStream, logged_stream
 from salvagelane.events.kinds import (
     DefinitionInvalid,
     DefinitionsReloaded,
     DefinitionsReloadFailed,
-    FireCaughtUp,
-    FireClaimed,
-    FireCrashed,
     FireDropped,
-    FireDuplicate,
-    FireMissed,
-    FireNotQueued,
-    FireReceived,
-    FireRetryPlanned,
-    FireSkipped,
-    FireUnknown,
-    LeaderAcquired,
-    LeaderLost,
-    LeaderReleased,
-    LeaderStandby,
-    MissedNotRecorded,
-    QueueCheckFailed,
-    QueueResumed,
-    QueueStalled,
     RedeliveryFailed,
-    RunInterrupted,
-    RunSettled,
     ShutdownWaiting,
 )
-from salvagelane.logs import bound
 from salvagelane.runtime.delivery import redeliver_due, sinks_from_definitions
-from salvagelane.runtime.executor import ConnectorFactory, Executor, SinkFactory, mark_abandoned
-from salvagelane.runtime.scheduler import (
-    MISSED_LIMIT,
-    CronScheduler,
-    ScheduleRow,
-    newest_fire_times,
-    plan_catch_up,
-    schedule_table,
-)
+from salvagelane.runtime.executor import ConnectorFactory, SinkFactory, mark_abandoned
+from salvagelane.runtime.fire_planner import FirePlanner
+from salvagelane.runtime.fire_runner import Dispatch, Fire, FireRunner
+from salvagelane.runtime.leadership import Gate, LeaderLoop
+from salvagelane.runtime.scheduler import CronScheduler, ScheduleRow, schedule_table
 from salvagelane.runtime.settings import ServeSettings
 from salvagelane.store import LeaderLock, Store
 from salvagelane.vocabulary import Clock, Trigger, utc_now
@@ -88,6 +49,7 @@ from salvagelane.vocabulary import Clock, Trigger, utc_now
 __all__ = [
     "TARGET",
     "DefinitionSet",
+    "Dispatch",
     "Fire",
     "LeaderLock",
     "ServeSettings",
@@ -101,54 +63,6 @@ TARGET = "salvagelane.runtime.service:fire"
 Announce = Callable[[str], None]
 RenderSchedule = Callable[[Sequence[ScheduleRow]], str]
 """How the leader's banner shows the next fires (the command line's table)."""
-
-_RETRYABLE_TRIGGERS = frozenset({Trigger.SCHEDULE, Trigger.CATCH_UP})
-
-
-class Dispatch(Protocol):
-    """Where a leader sends fires instead of running them (``serve --dispatch queue``:
-    :class:`salvagelane.runtime.dispatch.QueueDispatch`)."""
-
-    def enqueue(
-        self,
-        instruction: Instruction,
-        *,
-        scheduled_for: datetime,
-        trigger: Trigger,
-        retry_of: str | None,
-        now: datetime,
-    ) -> str:
-        """Claim the fire and enqueue its run in one transaction; returns the run id
-        (DuplicateFireError when the fire is claimed already)."""
-        ...
-
-    def release_interrupted(self) -> object:
-        """Free what the runs just marked interrupted still hold in the queue."""
-        ...
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Fire:
-    """A run the leader asks for outside the cron jobs: a catch-up or a retry."""
-
-    instruction_id: str
-    scheduled_for: datetime
-    trigger: Trigger
-    retry_of: str | None = None
-
-    @property
-    def name(self) -> str:
-        kind = "retry" if self.retry_of else self.trigger
-        return f"{kind}:{self.instruction_id}:{self.scheduled_for.isoformat()}"
-
-
-class FireFields(TypedDict):
-    """The fields every event about one fire carries."""
-
-    instruction_id: str
-    scheduled_for: datetime
-    trigger: Trigger
-    retry_of: str | None
 
 
 # --- the job function ------------------------------------------------------------------------
@@ -186,15 +100,6 @@ def fire(
 # --- the service -----------------------------------------------------------------------------
 
 
-@dataclass(kw_only=True, slots=True)
-class _Flags:
-    """What signal handlers ask for; the main loop acts on it."""
-
-    wake: threading.Event = field(default_factory=threading.Event)
-    stop_reason: str | None = None
-    reload: bool = False
-
-
 class Service:
     """One scheduler node. :meth:`serve` blocks until :meth:`request_stop`.
 
@@ -202,8 +107,8 @@ class Service:
     :class:`~salvagelane.runtime.executor.Executor`); ``announce`` prints human lines (the
     schedule table, standby and stop notices), the table as ``render_schedule`` lays it
     out (without it the leader's banner only counts the instructions); ``clock`` is the
-    wall clock; ``telemetry`` is told of every fire and passed to every run's executor
-    (``serve --metrics-port``: :class:`salvagelane.runtime.metrics.Metrics`).
+    wall clock; ``events`` gets every fact of the node and of its runs (None: a stream
+    that logs them).
     """
 
     def __init__(
@@ -222,36 +127,42 @@ class Service:
     ) -> None:
         if problem := settings.problem():
             raise ConfigurationError(f"serve: {problem}")
-        self._dispatch = dispatch
         self._settings = settings
         self._store = store
-        self._lock = lock
-        self._connector_for = connector_for
         self._sinks_for = sinks_for
         self._announce = announce
         self._render_schedule = render_schedule
         self._clock = clock
         self._events = events or logged_stream()  # fires, and each run's events
-        self._flags = _Flags()
-        self._guard = threading.Lock()
         self._definitions: Mapping[str, Instruction] = {}
-        self._in_flight: dict[str, str] = {}  # run id -> instruction id
-        self._instruction_locks: dict[str, threading.Lock] = {}
-        self._retries_asked: set[str] = set()
         self._scheduler: CronScheduler | None = None
-        self._stopping = threading.Event()
-        # The gate every fire passes before it claims: closed while the node does not
-        # lead, so a fire thread left over from a lead cannot start a run after it.
-        self._gate_closed = False
-        self._active_fires = 0
-        self._fires_done = threading.Condition(self._guard)
-        # Per instruction: every fire up to this moment has an outcome (a run or a missed
-        # record), as far as this leader has checked.
-        self._settled: dict[str, datetime] = {}
+        self._gate = Gate()
+        self._loop = LeaderLoop(
+            settings, lock=lock, gate=self._gate, events=self._events, announce=announce
+        )
+        self._planner = FirePlanner(
+            settings,
+            store=store,
+            definitions=lambda: self._definitions,
+            clock=clock,
+            events=self._events,
+            announce=announce,
+            dispatch=dispatch,
+        )
+        self._runner = FireRunner(
+            settings,
+            store=store,
+            definitions=lambda: self._definitions,
+            connector_for=connector_for,
+            sinks_for=sinks_for,
+            gate=self._gate,
+            clock=clock,
+            events=self._events,
+            dispatch=dispatch,
+        )
         self.abandoned_runs: tuple[str, ...] = ()
         """Runs still executing when the node stopped (marked interrupted)."""
         self._redelivery: threading.Thread | None = None
-        self._stalled_warned: datetime | None = None  # when queue.stalled was last logged
         self.unfinished_threads = 0
         """Fire or delivery threads still working when the node stopped (they may still
         use the HTTP client: the process should exit without closing it under them)."""
@@ -260,20 +171,16 @@ class Service:
 
     def request_stop(self, reason: str) -> None:
         """Stop: no new fires; runs in flight get the shutdown timeout. Signal-safe."""
-        self._flags.stop_reason = self._flags.stop_reason or reason
-        self._stopping.set()
-        self._flags.wake.set()
+        self._loop.request_stop(reason)
 
     def request_reload(self) -> None:
         """Reload the definitions at the next chance. Signal-safe."""
-        self._flags.reload = True
-        self._flags.wake.set()
+        self._loop.request_reload()
 
     @property
     def in_flight(self) -> dict[str, str]:
         """Runs executing now: run id -> instruction id."""
-        with self._guard:
-            return dict(self._in_flight)
+        return self._runner.in_flight
 
     # --- the main loop --------------------------------------------------------------------
 
@@ -294,85 +201,50 @@ class Service:
         try:
             if not self._definitions:
                 self.load()
-            if not self._settings.standby:
-                self._lock.acquire()  # refuses, with the lock's own explanation
-            standing_by = False
-            while not self._stopping.is_set():
-                if self._lock.try_acquire():
-                    if standing_by:
-                        # The files may have changed while this node waited.
-                        standing_by = False
-                        self._reload()
-                    self._lead()
-                    continue
-                if not standing_by:
-                    standing_by = True
-                    self._events.publish(LeaderStandby(poll_seconds=self._settings.poll_seconds))
-                    self._announce(
-                        "standby: another node leads; taking over when it stops "
-                        f"(checking every {self._settings.poll_seconds:g} s)"
-                    )
-                self._wait()
+            self._loop.run(self)
         finally:
             with _active_guard:
                 _active = None
 
-    def _wait(self) -> None:
-        self._flags.wake.wait(self._settings.poll_seconds)
-        self._flags.wake.clear()
-        if self._flags.reload and not self._stopping.is_set():
-            self._flags.reload = False
-            self._reload()
+    # --- the lead (LeadHooks) -------------------------------------------------------------
 
-    def _lead(self) -> None:
-        self._events.publish(LeaderAcquired(instructions=len(self._definitions)))
+    def instruction_count(self) -> int:
+        return len(self._definitions)
+
+    def begin_lead(self) -> None:
         scheduler = CronScheduler(
-            target=TARGET, max_workers=self._settings.max_workers, on_skipped=self._skipped
+            target=TARGET, max_workers=self._settings.max_workers, on_skipped=self._planner.skipped
         )
         for instruction in self._definitions.values():
             scheduler.add_instruction(instruction)
         self._scheduler = scheduler
-        self._settled = {}
-        with self._guard:
-            self._gate_closed = False
-        lost = False
-        try:
-            started = self._clock()
-            scheduler.start()
-            # After start(): the scheduler owns fires from now on, catch-up the ones up to
-            # now; one at the boundary is claimed by whichever comes first.
-            now = self._clock()
-            self._submit(self.recover(now))
-            self._submit(self.catch_up(now, scheduler_since=started))
-            banner = f"leader: scheduling {len(self._definitions)} instruction(s)"
-            if self._render_schedule is not None:
-                rows = schedule_table(self._definitions.values(), now)
-                banner += "; next fires:\n" + self._render_schedule(rows)
-            self._announce(banner)
-            while True:
-                self._wait()
-                if self._stopping.is_set():
-                    break
-                if not self._lock.is_held():
-                    lost = True
-                    self._events.publish(LeaderLost())
-                    self._announce("lost the scheduler lock (database connection?): standing by")
-                    break
-                now = self._clock()
-                self._submit(self.recover(now))
-                self.settle(now)
-                self._redeliver_in_background()
-        finally:
-            self._step_down(lost=lost)
+        self._planner.begin_lead()
+        started = self._clock()
+        scheduler.start()
+        # After start(): the scheduler owns fires from now on, catch-up the ones up to
+        # now; one at the boundary is claimed by whichever comes first.
+        now = self._clock()
+        self._submit(self.recover(now))
+        self._submit(self.catch_up(now, scheduler_since=started))
+        banner = f"leader: scheduling {len(self._definitions)} instruction(s)"
+        if self._render_schedule is not None:
+            rows = schedule_table(self._definitions.values(), now)
+            banner += "; next fires:\n" + self._render_schedule(rows)
+        self._announce(banner)
 
-    def _step_down(self, *, lost: bool) -> None:
-        with self._guard:
-            self._gate_closed = True
+    def poll(self) -> None:
+        now = self._clock()
+        self._submit(self.recover(now))
+        self.settle(now)
+        self._redeliver_in_background()
+
+    def end_lead(self, *, lost: bool) -> int:
         scheduler, self._scheduler = self._scheduler, None
         if scheduler is not None:
             scheduler.shutdown(wait=False)
         timeout = self._settings.shutdown_timeout_seconds
-        reason = "the scheduler lock was lost" if lost else f"serve stopped ({self._stop_reason})"
+        stop_reason = self._loop.stop_reason
+        reason = "the scheduler lock was lost" if lost else f"serve stopped ({stop_reason})"
         waiting = self.in_flight
         if waiting:
             self._events.publish(
@@ -382,27 +254,26 @@ class Service:
                 f"stopping: waiting up to {timeout:g} s for {len(waiting)} run(s) to finish"
             )
         began = time.monotonic()
-        self._wait_for_fires(timeout)
+        self._gate.wait_for_fires(timeout)
         redelivery = self._redelivery
         if redelivery is not None:
             redelivery.join(max(0.0, timeout - (time.monotonic() - began)))
         abandoned = self.in_flight
         mark_abandoned(self._store, abandoned, reason=reason, timeout=timeout, now=self._clock())
         self.abandoned_runs = tuple(sorted(abandoned))
-        with self._guard:
-            self.unfinished_threads = self._active_fires + int(
-                redelivery is not None and redelivery.is_alive()
-            )
+        self.unfinished_threads = self._gate.active + int(
+            redelivery is not None and redelivery.is_alive()
+        )
         if not lost:
             # Still the leader: no fire due by now may be left without an outcome. (A
             # node that lost the lock leaves that to the node that took it.)
-            self._settle_before(self._clock(), f"serve stopped ({self._stop_reason}) before it ran")
-        self._lock.release()
-        self._events.publish(LeaderReleased(abandoned_runs=len(abandoned)))
+            self._planner.settle_before(
+                self._clock(), f"serve stopped ({stop_reason}) before it ran"
+            )
+        return len(abandoned)
 
-    @property
-    def _stop_reason(self) -> str:
-        return self._flags.stop_reason or "stop requested"
+    def reload(self) -> None:
+        self._reload()
 
     def redeliver(self) -> None:
         """One pass over the deliveries that are due: failed ones after their backoff,
@@ -425,269 +296,34 @@ class Service:
         self._redelivery = threading.Thread(target=self.redeliver, name="redeliver", daemon=True)
         self._redelivery.start()
 
-    def _wait_for_fires(self, timeout: float) -> None:
-        """Until every fire thread past the gate is done, or ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        with self._fires_done:
-            while self._active_fires:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return
-                self._fires_done.wait(left)
-
-    # --- settling the past ----------------------------------------------------------------
+    # --- the fires ------------------------------------------------------------------------
 
     def recover(self, now: datetime) -> list[Fire]:
         """Mark runs with a stale heartbeat interrupted; return the retries to run: each
         interrupted scheduled run whose fire is within grace, once."""
-        stale_before = now - timedelta(seconds=self._settings.stale_after_seconds)
-        for run in self._store.interrupt_stale_runs(stale_before=stale_before, now=now):
-            self._events.publish(
-                RunInterrupted(
-                    run_id=run.id,
-                    instruction_id=run.instruction_id,
-                    scheduled_for=run.scheduled_for,
-                    reason="no heartbeat",
-                )
-            )
-        # Before the retries are listed: a stranded fire is retried in this same pass.
-        self._settle_queued(now)
-        if self._dispatch is not None:
-            self._dispatch.release_interrupted()
-            self._watch_queue(now)
-        definitions = self._definitions
-        if not definitions:
-            return []
-        widest = max(d.schedule.misfire_grace_seconds for d in definitions.values())
-        retries: list[Fire] = []
-        for run in self._store.unretried_interrupted_fires(since=now - timedelta(seconds=widest)):
-            instruction = definitions.get(run.instruction_id)
-            if (
-                instruction is None
-                or run.scheduled_for is None
-                or run.trigger not in _RETRYABLE_TRIGGERS
-                or run.id in self._retries_asked
-                or now - run.scheduled_for
-                > timedelta(seconds=instruction.schedule.misfire_grace_seconds)
-            ):
-                continue
-            self._retries_asked.add(run.id)
-            self._events.publish(
-                FireRetryPlanned(
-                    instruction_id=run.instruction_id,
-                    scheduled_for=run.scheduled_for,
-                    trigger=run.trigger,
-                    retry_of=run.id,
-                )
-            )
-            retries.append(
-                Fire(
-                    instruction_id=run.instruction_id,
-                    scheduled_for=run.scheduled_for,
-                    trigger=run.trigger,
-                    retry_of=run.id,
-                )
-            )
-        return retries
-
-    def _settle_queued(self, now: datetime) -> None:
-        """End ``interrupted`` the queued runs no worker will take (docs/adr/0013): their
-        job is gone, their worker died before taking them, or (dispatching in-process)
-        no worker has consumed the queue for the stall time. The fire's one retry then
-        follows the usual rule, through this leader's dispatch. Never raises."""
-        in_process = self._dispatch is None
-        try:
-            settled = self._store.queued.settle_stranded(
-                now=now,
-                unconsumed_after=self._settings.queue_stall_seconds if in_process else None,
-            )
-        except SalvagelaneError as exc:
-            self._events.publish(QueueCheckFailed(check="settle", exception=exc))
-            return
-        for run in settled:
-            self._events.publish(
-                RunSettled(
-                    run_id=run.id,
-                    instruction_id=run.instruction_id,
-                    job_id=run.job_id,
-                    status="interrupted",
-                    reason=run.reason,
-                )
-            )
-
-    def _watch_queue(self, now: datetime) -> None:
-        """Warn while queued runs wait past the stall time with no worker consuming the
-        queue: when it starts, again every stall time while it lasts, and say when it
-        ends. Never raises."""
-        after = self._settings.queue_stall_seconds
-        try:
-            figures = self._store.queued.figures()
-        except SalvagelaneError as exc:
-            self._events.publish(QueueCheckFailed(check="watch", exception=exc))
-            return
-        stalled = figures.stalled(None, now=now, after_seconds=after)
-        if not stalled:
-            if self._stalled_warned is not None:
-                self._events.publish(
-                    QueueResumed(queued=figures.queued, live_workers=figures.live_workers)
-                )
-            self._stalled_warned = None
-            return
-        if self._stalled_warned is not None and now - self._stalled_warned < timedelta(
-            seconds=after
-        ):
-            return
-        self._stalled_warned = now
-        oldest = figures.oldest
-        waited = 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
-        self._events.publish(
-            QueueStalled(
-                queued=figures.queued,
-                oldest_queued_at=oldest,
-                waited_seconds=round(waited, 1),
-                live_workers=figures.live_workers or 0,
-                stall_after_seconds=after,
-            )
-        )
-        self._announce(
-            f"warning: {figures.queued} queued run(s) waiting, the oldest for {waited:.0f} s, "
-            "and no worker consumes the task queue (start `salvagelane worker`)"
-        )
+        return self._planner.recover(now)
 
     def catch_up(self, now: datetime, *, scheduler_since: datetime | None = None) -> list[Fire]:
         """Settle each instruction's fires up to ``now`` that have no run row: the newest
         fire, when unrun and within grace, is returned to run once as a catch-up; the
-        other unrun ones are recorded as missed.
-
-        Every fire is checked, not only those after the newest recorded one: a fire a
-        dead node decided to run but never claimed leaves a hole below newer rows.
-        ``scheduler_since``: when the running scheduler started; unrun fires after it
-        (but the newest) are the scheduler's to claim, and :meth:`settle` records them
-        missed once their grace has passed if nothing did.
-        """
-        fires: list[Fire] = []
-        for instruction in self._definitions.values():
-            schedule = instruction.schedule
-            # The schedule is owned from when the scheduler started, not from now: its
-            # first fire may come before this line, and a node that dies inside that
-            # fire's claim must leave it for the next leader to settle.
-            since = self._store.register_schedule(
-                instruction.id,
-                cron=schedule.cron,
-                timezone=schedule.timezone,
-                now=now if scheduler_since is None else min(scheduler_since, now),
-            )
-            lower = max(since, now - self._settings.look_back)
-            self._settled[instruction.id] = lower
-            due = newest_fire_times(schedule, after=lower, until=now, count=MISSED_LIMIT + 1)
-            plan = plan_catch_up(
-                due,
-                recorded=self._recorded(instruction.id, due),
-                now=now,
-                grace_seconds=schedule.misfire_grace_seconds,
-                scheduler_since=scheduler_since,
-            )
-            if plan.missed:
-                self._record_missed(
-                    instruction,
-                    plan.missed,
-                    "no scheduler ran it in time, and a newer fire supersedes it"
-                    if plan.catch_up is not None
-                    else f"no scheduler ran it within its {schedule.misfire_grace_seconds} s "
-                    "misfire grace",
-                )
-            if plan.catch_up is not None:
-                self._events.publish(
-                    FireCaughtUp(
-                        instruction_id=instruction.id,
-                        scheduled_for=plan.catch_up,
-                        trigger=Trigger.CATCH_UP,
-                    )
-                )
-                fires.append(
-                    Fire(
-                        instruction_id=instruction.id,
-                        scheduled_for=plan.catch_up,
-                        trigger=Trigger.CATCH_UP,
-                    )
-                )
-        return fires
+        other unrun ones are recorded as missed."""
+        return self._planner.catch_up(now, scheduler_since=scheduler_since)
 
     def settle(self, now: datetime) -> None:
-        """Record as missed every fire whose misfire grace has passed without a run row.
+        """Record as missed every fire whose misfire grace has passed without a run row."""
+        self._planner.settle(now)
 
-        The leader calls this every poll interval: whatever kept a fire from being
-        claimed (a worker pool busy past the grace, a run of the same instruction that
-        would not end, a fire thread lost to a bug), the fire still gets an outcome.
-        """
-        for instruction in self._definitions.values():
-            grace = instruction.schedule.misfire_grace_seconds
-            # Past the grace APScheduler starts no job for the fire; the extra poll
-            # interval leaves a job that did start the time to claim it.
-            horizon = now - timedelta(seconds=grace + self._settings.poll_seconds)
-            self._settle_instruction(
-                instruction,
-                horizon,
-                f"no run claimed it within its {grace} s misfire grace "
-                "(the node was busy or the fire was lost)",
-            )
-
-    def _settle_before(self, moment: datetime, reason: str) -> None:
-        for instruction in self._definitions.values():
-            self._settle_instruction(instruction, moment, reason)
-
-    def _settle_instruction(self, instruction: Instruction, horizon: datetime, reason: str) -> None:
-        lower = self._settled.get(instruction.id)
-        if lower is None or horizon <= lower:
-            return
-        try:
-            due = newest_fire_times(
-                instruction.schedule, after=lower, until=horizon, count=MISSED_LIMIT
-            )
-            recorded = self._recorded(instruction.id, due)
-            unrun = [moment for moment in due if moment not in recorded]
-            if unrun:
-                self._record_missed(instruction, unrun, reason)
-        except SalvagelaneError as exc:
-            # The watermark stays: the next pass looks at these fires again.
-            self._events.publish(MissedNotRecorded(instruction_id=instruction.id, exception=exc))
-            return
-        self._settled[instruction.id] = horizon
-
-    def _recorded(self, instruction_id: str, fires: Sequence[datetime]) -> set[datetime]:
-        if not fires:
-            return set()
-        return self._store.recorded_fires(instruction_id, start=fires[0], end=fires[-1])
-
-    def _record_missed(
-        self, instruction: Instruction, fires: Sequence[datetime], reason: str
+    def fire(
+        self,
+        instruction_id: str,
+        scheduled_for: datetime,
+        *,
+        trigger: Trigger = Trigger.SCHEDULE,
+        retry_of: str | None = None,
     ) -> None:
-        for moment in fires:
-            run_id = self._store.record_missed(
-                instruction_id=instruction.id,
-                definition_sha256=instruction.definition_sha256,
-                scheduled_for=moment,
-                now=self._clock(),
-                reason=reason,
-            )
-            if run_id is not None:
-                self._events.publish(
-                    FireMissed(
-                        instruction_id=instruction.id,
-                        scheduled_for=moment,
-                        run_id=run_id,
-                        reason=reason,
-                    )
-                )
-
-    def _skipped(self, instruction_id: str, fires: Sequence[datetime], reason: str) -> None:
-        instruction = self._definitions.get(instruction_id)
-        if instruction is None:
-            return
-        try:
-            self._record_missed(instruction, fires, reason)
-        except SalvagelaneError as exc:
-            self._events.publish(MissedNotRecorded(instruction_id=instruction_id, exception=exc))
+        """Claim and run one fire (in a worker thread). Never raises: a fire that fails
+        is recorded on its run and published; the scheduler goes on."""
+        self._runner.fire(instruction_id, scheduled_for, trigger=trigger, retry_of=retry_of)
 
     def _submit(self, fires: Sequence[Fire]) -> None:
         scheduler = self._scheduler
@@ -701,132 +337,6 @@ class Service:
                 trigger=one.trigger.value,
                 retry_of=one.retry_of,
             )
-
-    # --- one fire -------------------------------------------------------------------------
-
-    def fire(
-        self,
-        instruction_id: str,
-        scheduled_for: datetime,
-        *,
-        trigger: Trigger = Trigger.SCHEDULE,
-        retry_of: str | None = None,
-    ) -> None:
-        """Claim and run one fire (in a worker thread). Never raises: a fire that fails
-        is recorded on its run and logged; the scheduler goes on."""
-        with bound(instruction=instruction_id):
-            fields = FireFields(
-                instruction_id=instruction_id,
-                scheduled_for=scheduled_for,
-                trigger=trigger,
-                retry_of=retry_of,
-            )
-            instruction = self._definitions.get(instruction_id)
-            if instruction is None:
-                self._events.publish(FireUnknown(**fields))
-                return
-            self._events.publish(FireReceived(**fields))
-            if self._dispatch is not None:
-                self._enqueue(self._dispatch, instruction, scheduled_for, trigger, retry_of, fields)
-                return
-            with self._instruction_lock(instruction_id):
-                # A fire that waited for the instruction's previous run through a stop (or
-                # a lost lead) stays unclaimed: the settlement at the stop, or the next
-                # leader's catch-up, gives it its outcome.
-                with self._guard:
-                    closed = self._gate_closed or self._stopping.is_set()
-                    if not closed:
-                        self._active_fires += 1
-                if closed:
-                    self._events.publish(FireSkipped(reason="not leading", **fields))
-                    return
-                try:
-                    self._run(instruction, scheduled_for, trigger, retry_of, fields)
-                finally:
-                    with self._fires_done:
-                        self._active_fires -= 1
-                        self._fires_done.notify_all()
-
-    def _run(
-        self,
-        instruction: Instruction,
-        scheduled_for: datetime,
-        trigger: Trigger,
-        retry_of: str | None,
-        fields: FireFields,
-    ) -> None:
-        claimed: list[str] = []
-
-        def on_claimed(run_id: str) -> None:
-            claimed.append(run_id)
-            with self._guard:
-                self._in_flight[run_id] = instruction.id
-            self._events.publish(FireClaimed(run_id=run_id, **fields))
-
-        executor = Executor(
-            self._store,
-            connector_for=self._connector_for,
-            sinks_for=self._sinks_for,
-            heartbeat_seconds=self._settings.heartbeat_seconds,
-            on_claimed=on_claimed,
-            events=self._events,
-        )
-        try:
-            executor.run(
-                instruction, trigger=trigger, scheduled_for=scheduled_for, retry_of=retry_of
-            )
-        except DuplicateFireError:
-            self._events.publish(FireDuplicate(**fields))
-        except Exception as exc:
-            # Recorded on the run by the executor where the database allowed; the
-            # scheduler thread must survive it.
-            self._events.publish(FireCrashed(exception=exc, **fields))
-        finally:
-            with self._guard:
-                for run_id in claimed:
-                    self._in_flight.pop(run_id, None)
-
-    def _enqueue(
-        self,
-        dispatch: Dispatch,
-        instruction: Instruction,
-        scheduled_for: datetime,
-        trigger: Trigger,
-        retry_of: str | None,
-        fields: FireFields,
-    ) -> None:
-        # The queue keeps one run of an instruction at a time (across workers): no
-        # instruction lock here, a fire is claimed as soon as it comes.
-        with self._guard:
-            closed = self._gate_closed or self._stopping.is_set()
-        if closed:
-            self._events.publish(FireSkipped(reason="not leading", **fields))
-            return
-        try:
-            run_id = dispatch.enqueue(
-                instruction,
-                scheduled_for=scheduled_for,
-                trigger=trigger,
-                retry_of=retry_of,
-                now=self._clock(),
-            )
-        except DuplicateFireError:
-            self._events.publish(FireDuplicate(**fields))
-        except SalvagelaneError as exc:
-            # Claim and job rolled back together: the fire is unclaimed, and settling
-            # (or the next leader's catch-up) gives it its outcome.
-            self._events.publish(FireNotQueued(exception=exc, **fields))
-        else:
-            self._events.publish(FireClaimed(run_id=run_id, queued=True, **fields))
-
-    @contextmanager
-    def _instruction_lock(self, instruction_id: str) -> Iterator[None]:
-        # One run of an instruction at a time, whether the scheduler, a catch-up or a
-        # retry started it (APScheduler's max_instances only sees its own job).
-        with self._guard:
-            lock = self._instruction_locks.setdefault(instruction_id, threading.Lock())
-        with lock:
-            yield
 
     # --- reload ---------------------------------------------------------------------------
 
@@ -867,10 +377,10 @@ class Service:
                     instruction.id, cron=schedule.cron, timezone=schedule.timezone, now=now
                 )
                 # The new schedule's fires are due from `since` on; none before.
-                self._settled[instruction.id] = max(since, self._settled.get(instruction.id, since))
+                self._planner.rescheduled(instruction.id, since)
             for instruction_id in removed:
                 scheduler.remove_instruction(instruction_id)
-                self._settled.pop(instruction_id, None)
+                self._planner.removed(instruction_id)
         kept = list(found.kept)
         self._events.publish(
             DefinitionsReloaded(
