@@ -192,7 +192,8 @@ def gate_text(gate: Gate) -> str:
     short = "" if runs >= needed else f" ({needed} needed)"
     newest = unclean[0]
     text = (
-        f"{name} {gate.clean_runs} of the last {runs} scheduled runs were clean{short}; "
+        f"{name} {gate.clean_runs} of the last {runs} scheduled run{'' if runs == 1 else 's'} "
+        f"{'was' if gate.clean_runs == 1 else 'were'} clean{short}; "
         f"run {line(newest.id[:8])} ({_fire(newest)} UTC) {_why_unclean(newest)}"
     )
     if len(unclean) > 1:
