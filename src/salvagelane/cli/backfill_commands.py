@@ -8,7 +8,7 @@ Exit codes: 0 every fire in the range has its outcome (ok or partial, or left al
 from __future__ import annotations
 
 import signal
-from datetime import UTC, datetime, time, tzinfo
+from datetime import UTC, datetime, time, timedelta, tzinfo
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -120,7 +120,8 @@ def backfill_command(
 
     One progress line per fire on stderr, then a summary. Running it again changes
     nothing. Ctrl-C stops before the next fire is claimed (the run in flight finishes;
-    a second Ctrl-C interrupts it) and exits 130.
+    a second Ctrl-C stops it as a kill would: the next backfill retries its fire once
+    its heartbeat is stale) and exits 130.
     """
     from zoneinfo import ZoneInfo
 
@@ -135,6 +136,15 @@ def backfill_command(
     last, last_zoned = _moment(end, end=True)
     first = first if first_zoned else first.replace(tzinfo=zone)
     last = last if last_zoned else last.replace(tzinfo=zone)
+    try:
+        first, last = first.astimezone(UTC), last.astimezone(UTC)
+        earliest = datetime.min.replace(tzinfo=UTC) + timedelta(days=1)
+        if first < earliest or last.year >= 9999:
+            raise OverflowError
+    except OverflowError as exc:
+        raise click.UsageError(
+            f"--from {start} --to {end}: expected times between 0001-01-02 and 9998-12-31 in UTC"
+        ) from exc
     if last < first:
         raise click.UsageError(f"--to {end} is before --from {start}")
     fires = backfill_fire_times(definition, first, last)

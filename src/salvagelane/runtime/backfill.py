@@ -18,7 +18,7 @@ What happens to each fire (:func:`plan_fire`), from the runs it already has:
 - otherwise left alone (``skip``): it has its outcome, or is running in another process.
 
 A retry names the run it repeats (``retry_of``) and takes the next ``fire_attempt`` of
-the fire, so two claims of the same retry collide and one wins (docs/adr/0016).
+the fire, so two claims of the same retry collide and one wins (docs/adr/0021).
 Running a backfill twice therefore runs nothing the second time, unless a fire's newest
 run has a status ``reprocess`` asks for again.
 """
