@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import signal
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -201,3 +202,57 @@ def test_a_killed_backfill_rerun_leaves_every_fire_one_outcome(
     assert code == 0, err
     assert len(runs_of(store)) == 8
     assert out.endswith("ran 0, skipped-existing 7, failed 0\n")
+
+
+def test_ctrl_c_finishes_the_fire_in_flight_and_claims_no_other(
+    project: Project, database_url: str, store: Store, processes: Processes
+) -> None:
+    slow = dataclasses.replace(GOOD_REPORT, delay=1.5)
+    with ScriptedServer(then=slow) as server:
+        project.write_definition(cron="20 5 * * *", connector=openai_connector(server.base_url))
+        running = processes.serve(
+            project, "daily-triage", *RANGE,
+            database=database_url, env={KEY_ENV: "test-key"}, subcommand="backfill",
+        )  # fmt: skip
+        server.wait_for_requests(1, timeout=60)
+        running.proc.send_signal(signal.SIGINT)  # while the first fire waits for the model
+        assert running.proc.wait(timeout=60) == 130, running.describe()
+
+    (run,) = runs_of(store)
+    assert run.scheduled_for == FIRES[0]
+    assert run.status in (RunStatus.OK, RunStatus.PARTIAL)  # it finished, with its report
+    assert len(server.requests) == 1
+    assert (
+        "7 fire(s): ran 1, skipped-existing 0, failed 0; stopped by Ctrl-C, 6 fire(s) left "
+        "untouched" in running.stdout
+    )
+
+
+def test_a_live_run_is_left_alone_and_an_interrupted_one_retried(
+    project: Project, database_url: str, store: Store
+) -> None:
+    one_day = ("--from", "2026-11-21", "--to", "2026-11-21")
+    alive = store.start_run(
+        instruction_id="daily-triage",
+        definition_sha256="d" * 64,
+        trigger=Trigger.SCHEDULE,
+        scheduled_for=FIRES[0],
+        now=datetime.now(UTC),  # its heartbeat is fresh: another process runs it
+    )
+
+    code, out, err = backfill(project, database_url, *one_day)
+
+    assert code == 0, err
+    assert f"1/1 2026-11-21T05:20Z skipped: run {alive[:8]} (running) is in flight" in err
+    assert [run.id for run in runs_of(store)] == [alive]
+
+    store.fail_run(
+        alive, finished_at=datetime.now(UTC), error="it died", status=RunStatus.INTERRUPTED
+    )
+    code, out, err = backfill(project, database_url, *one_day)
+
+    assert code == 0, err
+    first, retry = runs_of(store)
+    assert (first.id, first.status) == (alive, RunStatus.INTERRUPTED)
+    assert (retry.trigger, retry.retry_of, retry.fire_attempt) == (Trigger.BACKFILL, alive, 2)
+    assert out.endswith("1 fire(s): ran 1, skipped-existing 0, failed 0\n")
