@@ -20,6 +20,9 @@ class Trigger(StrEnum):
     SCHEDULE = "schedule"
     CATCH_UP = "catch_up"
     REPLAY = "replay"
+    BACKFILL = "backfill"
+    """A past fire run by ``salvagelane backfill``: it has a fire time, but it is not the
+    schedule running (not a scheduled run for the clean streak, the gate or the fire lag)."""
 
 
 class RunStatus(StrEnum):

@@ -791,6 +791,33 @@ ROWS: list[Row] = [
     ),
     row("health", "health", code=0, out="instruction  daily-triage"),
     row("health, unknown instruction", "health --instruction nope", code=2, err="nope"),
+    # The stored run is a replay: no scheduled run, so no gate passes.
+    row(
+        "health --gate, too few scheduled runs",
+        "health --gate 1",
+        code=1,
+        out="gate: daily-triage: only 0 scheduled runs, 1 needed",
+    ),
+    row("health --gate 0", "health --gate 0", code=2, err="--gate"),
+    # --- backfill
+    row(
+        "backfill --dry-run",
+        "backfill daily-triage --from 2026-11-20 --to 2026-11-21 --dry-run",
+        code=0,
+        out="2/2 2026-11-21T05:20Z would run",
+    ),
+    row(
+        "backfill, --to before --from",
+        "backfill daily-triage --from 2026-11-21 --to 2026-11-20",
+        code=2,
+        err="before --from",
+    ),
+    row(
+        "backfill, --reprocess of an unknown status",
+        "backfill daily-triage --from 2026-11-20 --to 2026-11-21 --reprocess ok",
+        code=2,
+        err="--reprocess",
+    ),
     row("quarantine show", "quarantine show {item}", code=0, out="truncated  [pending]"),
     row("quarantine show, unknown item", "quarantine show 999", code=2, err="999"),
     row(

@@ -211,3 +211,73 @@ def test_a_streak_longer_than_a_page_is_counted_to_its_end(store: Store) -> None
     assert health.streak.broken_by.id == broken
     assert len(health.recent) == 30
     assert all(run.clean for run in health.recent)
+
+
+# --- health --gate N --------------------------------------------------------------------------
+
+
+def test_the_gate_fails_with_fewer_scheduled_runs_than_asked(
+    database_url: str, store: Store
+) -> None:
+    seed(store, at=NOW - 2 * DAY, status=RunStatus.OK)
+    seed(store, at=NOW - DAY, status=RunStatus.OK)
+    # Neither a manual run nor a backfill is the schedule running: they do not count.
+    seed(store, at=NOW, status=RunStatus.OK, trigger=Trigger.MANUAL)
+    seed(store, at=NOW, status=RunStatus.OK, trigger=Trigger.BACKFILL)
+
+    proc = salvagelane("health", "--gate", "3", "--instruction", "daily", database=database_url)
+
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == "gate: daily: only 2 scheduled runs, 3 needed\n"
+
+
+def test_the_gate_passes_on_n_clean_scheduled_runs(database_url: str, store: Store) -> None:
+    seed(store, at=NOW - 4 * DAY, status=RunStatus.PARTIAL, reasons=("schema",))
+    ids = [seed(store, at=NOW - back * DAY, status=RunStatus.OK) for back in (2, 1, 0)]
+
+    proc = salvagelane("health", "--gate", "3", database=database_url)
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (
+        f"gate: daily: the last 3 scheduled runs were clean (newest: run {ids[-1][:8]} "
+        "of 2026-11-21 12:00 UTC)\n"
+    )
+    # One more and the partial run falls inside the gate.
+    four = salvagelane("health", "--gate", "4", "--json", database=database_url)
+    assert four.returncode == 1
+    document = json.loads(four.stdout)
+    assert document["passed"] is False
+    [gate] = document["instructions"]
+    assert (gate["scheduled_runs"], gate["clean_runs"]) == (4, 3)
+    assert [run["status"] for run in gate["runs"]] == ["ok", "ok", "ok", "partial"]
+
+
+def test_the_gate_fails_on_a_partial_run_among_the_last_n(database_url: str, store: Store) -> None:
+    seed(store, at=NOW - 3 * DAY, status=RunStatus.OK)
+    partial = seed(
+        store, at=NOW - DAY - timedelta(hours=6, minutes=40), status=RunStatus.PARTIAL,
+        reasons=("schema",),
+    )  # fmt: skip
+    seed(store, at=NOW, status=RunStatus.OK)
+    seed(store, at=NOW, status=RunStatus.FAILED, instruction_id="weekly")
+
+    proc = salvagelane("health", "--gate", "3", database=database_url)
+
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.splitlines() == [
+        f"gate: daily: 2 of the last 3 scheduled runs were clean; run {partial[:8]} "
+        "(2026-11-20 05:20 UTC) was partial",
+        "gate: weekly: 0 of the last 1 scheduled run were clean (3 needed); run "
+        f"{store.list_runs(instruction_id='weekly')[0].id[:8]} (2026-11-21 12:00 UTC) was failed",
+        "gate: 2 of 2 instructions failed: daily, weekly",
+    ]
+
+
+def test_a_gate_below_one_is_a_usage_error(database_url: str, store: Store) -> None:
+    seed(store, at=NOW, status=RunStatus.OK)
+
+    proc = salvagelane("health", "--gate", "0", database=database_url)
+
+    assert proc.returncode == 2
+    assert "--gate" in proc.stderr
+    assert proc.stdout == ""

@@ -98,6 +98,11 @@ def test_serve_exposes_metrics_that_equal_the_database(
         held.pending
     )
     assert scraped.total("process_resident_memory_bytes") > 0
+    # The newest fire of the node's schedule: its third and last fire, which has its row.
+    newest = max(r.scheduled_for for r in runs if r.scheduled_for is not None)
+    assert scraped.by("salvagelane_last_fire_timestamp_seconds", "instruction") == {
+        ("daily-triage",): newest.timestamp()
+    }
 
     assert serve.stop(signal.SIGINT) == 0, serve.describe()
     serve.assert_quiet("fire.missed")

@@ -601,6 +601,10 @@ def test_the_metrics_of_two_workers_add_up_to_what_the_database_holds(
         kept.update(scraped.by("salvagelane_items_kept_total", "instruction"))
         # The database's own figures, read at each scrape, are the same from any process.
         assert scraped.by("salvagelane_runs", "instruction", "status") == held.runs
+        # Each worker's definitions give the newest fire gauge.
+        assert scraped.by("salvagelane_last_fire_timestamp_seconds", "instruction").keys() == {
+            ("daily-triage",)
+        }
     assert dict(finished) == {k: v for k, v in held.runs.items() if k[1] != "missed"}
     assert dict(kept) == held.kept
     assert sum(finished.values()) == len(executed)

@@ -195,7 +195,7 @@ def _isolated(root: Path) -> Iterator[Invoke]:
 @pytest.fixture(scope="module", autouse=True)
 def _loops_return_at_once() -> Iterator[None]:
     """``serve``, ``ui`` and ``worker`` return where they would start serving."""
-    from salvagelane import dispatch, service
+    from salvagelane.runtime import dispatch, service
     from salvagelane.ui import server
 
     def ui_serve(settings: object, sock: object, on_ready: object) -> None:

@@ -41,6 +41,11 @@ class LazyCommand:
 
 
 COMMANDS: Mapping[str, LazyCommand] = {
+    "backfill": LazyCommand(
+        target="salvagelane.cli.backfill_commands:backfill_command",
+        summary="Run every fire of INSTRUCTION's schedule from --from to --to that has no "
+        "outcome yet, oldest first, one at a time (to make up a gap: an outage, a node down).",
+    ),
     "check": LazyCommand(
         target="salvagelane.cli.salvage_commands:check_command",
         summary="Validate every instruction definition (*.yaml, *.yml) in DIRECTORY.",

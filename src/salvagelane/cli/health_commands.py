@@ -3,7 +3,7 @@
 Reads only (the database is opened read-only). The figures are the store's
 (:mod:`salvagelane.store.health`), the same the review page's health view shows.
 Exit codes: 0 done (also when nothing is stored); 2 an unknown instruction, a missing
-database or bad options.
+database or bad options. With ``--gate N``: 0 when the gate passes, 1 when it does not.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from salvagelane.cli.app import EXIT_INVALID
 from salvagelane.cli.options import (
     Command,
     database_option,
@@ -28,6 +29,7 @@ from salvagelane.safe_text import line
 
 if TYPE_CHECKING:  # the store is imported inside the command: `--help` must stay cheap
     from salvagelane.store import InstructionHealth
+    from salvagelane.store.health import Gate, HealthRun
 
 _STRIP = {"ok": "o", "partial": "p", "failed": "F", "interrupted": "I", "missed": "M"}
 """One letter per status in the strip of recent runs (``running`` is ``.``)."""
@@ -49,6 +51,15 @@ _STRIP = {"ok": "o", "partial": "p", "failed": "F", "interrupted": "I", "missed"
     help="Count runs of every trigger (manual, replay, ...) in the window's statuses, "
     "finish reasons and rates; by default only scheduled runs.",
 )
+@click.option(
+    "--gate",
+    "gate",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Exit 0 when the last N scheduled runs (of each instruction, or of --instruction) "
+    "were clean, 1 otherwise, printing why; for a CI step or a deployment that waits for "
+    "N clean runs.",
+)
 @queue_stall_option(
     DEFAULT_QUEUE_STALL_SECONDS,
     "Queued runs waiting this long with no worker consuming the task queue: stalled.",
@@ -59,6 +70,7 @@ def health_command(
     instruction_id: str | None,
     days: int,
     every_trigger: bool,
+    gate: int | None,
     queue_stall_seconds: float,
     database: str | None,
     as_json: bool,
@@ -78,7 +90,16 @@ def health_command(
     Runs waiting in the task queue (`serve --dispatch queue`) are shown with the oldest's
     wait; the queue is stalled when that wait passes --queue-stall-after and no worker
     consumes it.
+
+    With --gate N: only the gate. It passes when the newest N ended scheduled runs (by
+    fire time; trigger schedule or catch_up, so not manual, replay or backfill runs) were
+    all clean; fewer than N scheduled runs fail it. One line per instruction says why;
+    without --instruction every instruction with stored runs is gated, and the command
+    fails if any gate does.
     """
+    if gate is not None:
+        _gate(instruction_id, gate, database, as_json=as_json)
+        return
     now = datetime.now(UTC)
     with open_store(database, read_only=True) as store:
         if instruction_id is not None:
@@ -106,6 +127,79 @@ def health_command(
         click.echo(f"no runs stored in {line(url)}")
         return
     click.echo("\n\n".join(health_text(h) for h in figures))
+
+
+def _gate(instruction_id: str | None, needed: int, database: str | None, *, as_json: bool) -> None:
+    with open_store(database, read_only=True) as store:
+        if instruction_id is not None:
+            require_known_instruction(store, instruction_id)
+            ids = [instruction_id]
+        else:
+            ids = store.instruction_ids()
+        gates = [store.health.gate(i, needed) for i in ids]
+        url = store.url
+    failed = [g.instruction_id for g in gates if not g.passed]
+    if as_json:
+        from salvagelane.store.health import gate_json
+
+        document = {
+            "needed": needed,
+            "passed": bool(gates) and not failed,
+            "instructions": [gate_json(g) for g in gates],
+        }
+        click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+    elif not gates:
+        click.echo(f"gate: no runs stored in {line(url)}, {needed} clean scheduled runs needed")
+    else:
+        for g in gates:
+            click.echo(gate_text(g))
+        if len(gates) > 1 and failed:
+            click.echo(
+                f"gate: {len(failed)} of {len(gates)} instructions failed: "
+                + ", ".join(line(i) for i in failed)
+            )
+    if failed or not gates:
+        raise click.exceptions.Exit(EXIT_INVALID)
+
+
+def _fire(run: HealthRun) -> str:
+    moment = run.scheduled_for or run.created_at
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _why_unclean(run: HealthRun) -> str:
+    """What kept ``run`` (a scheduled run) from being clean."""
+    if run.status != "ok":
+        return f"was {line(run.status)}"
+    if run.quarantined:
+        return f"was ok with {run.quarantined} item(s) quarantined"
+    return f"was ok with {run.operator_approved} item(s) approved by an operator"
+
+
+def gate_text(gate: Gate) -> str:
+    """One or two lines: whether ``gate`` passed, and why."""
+    name = f"gate: {line(gate.instruction_id)}:"
+    runs, needed = len(gate.runs), gate.needed
+    unclean = gate.unclean
+    if gate.passed:
+        newest = gate.runs[0]
+        return (
+            f"{name} the last {needed} scheduled run{'s were' if needed != 1 else ' was'} "
+            f"clean (newest: run {line(newest.id[:8])} of {_fire(newest)} UTC)"
+        )
+    if not unclean:
+        return f"{name} only {runs} scheduled run{'' if runs == 1 else 's'}, {needed} needed"
+    short = "" if runs >= needed else f" ({needed} needed)"
+    newest = unclean[0]
+    text = (
+        f"{name} {gate.clean_runs} of the last {runs} scheduled run{'' if runs == 1 else 's'} "
+        f"{'was' if gate.clean_runs == 1 else 'were'} clean{short}; "
+        f"run {line(newest.id[:8])} ({_fire(newest)} UTC) {_why_unclean(newest)}"
+    )
+    if len(unclean) > 1:
+        others = ", ".join(f"{line(run.id[:8])} {line(run.status)}" for run in unclean[1:])
+        text += f"\n{name} also not clean: {others}"
+    return text
 
 
 def _percent(value: float | None) -> str:

@@ -20,6 +20,7 @@ from salvagelane.safe_text import block, line
 
 if TYPE_CHECKING:
     from salvagelane.definitions import DefinitionSet, Instruction
+    from salvagelane.definitions.model import Schedule
     from salvagelane.events import EventStream
     from salvagelane.runtime.executor import ConnectorFactory, SinkFactory
     from salvagelane.runtime.metrics import Metrics
@@ -145,6 +146,11 @@ def wired(*, replay: Path | None = None) -> Iterator[Wired]:
                 instruction, client, review_url=review_url
             ),
         )
+
+
+def schedules_of(definitions: Mapping[str, Instruction]) -> dict[str, Schedule]:
+    """Each instruction's schedule, by id: what the metrics' newest-fire gauge reads."""
+    return {instruction_id: found.schedule for instruction_id, found in definitions.items()}
 
 
 def loadable_definitions(directory: Path) -> DefinitionSet:

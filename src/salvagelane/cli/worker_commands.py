@@ -22,6 +22,7 @@ from salvagelane.cli.wiring import (
     expose_metrics,
     loadable_definitions,
     recover_spooled,
+    schedules_of,
     wired,
 )
 from salvagelane.runtime.settings import DEFAULT_SETTINGS as SERVE_DEFAULTS
@@ -121,7 +122,11 @@ def worker_command(
             # Imported only here: a worker without metrics loads no prometheus_client.
             from salvagelane.runtime.metrics import Metrics
 
-            collected = Metrics(state=store.state)
+            # Read at each scrape, once `worker` below exists (it adds a definition it
+            # meets in a queued run).
+            collected = Metrics(
+                state=store.state, schedules=lambda: schedules_of(worker.definitions)
+            )
             collected.subscribe(events)
             metrics_url = expose_metrics(serving, collected, metrics_port, metrics_host)
         worker = QueueWorker(

@@ -361,6 +361,12 @@ class QueueWorker:
         with self._guard:
             return dict(self._in_flight)
 
+    @property
+    def definitions(self) -> Mapping[str, Instruction]:
+        """The definitions the worker knows now, by instruction id."""
+        with self._definitions_guard:
+            return self._definitions
+
     def load(self) -> None:
         """Load the definitions; ConfigurationError when none loads."""
         found = load_definitions(self._settings.instructions_dir)

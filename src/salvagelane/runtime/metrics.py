@@ -14,7 +14,9 @@ one, so tests and several services in one process each have their own):
   status, the quarantine pending review, open deliveries, queue depth, the newest clean
   scheduled run, how long the oldest queued run has waited, the workers consuming the task
   queue and whether it is stalled. They equal what the database holds, whichever process
-  wrote it, and survive restarts. When the database does not answer,
+  wrote it, and survive restarts. Beside them, the newest fire time of each instruction the
+  process serves (from its schedule, not the database), so that an alert rule can compare
+  the two for any instruction. When the database does not answer,
   ``salvagelane_state_up`` is 0 and the state gauges are left out of that scrape (a gauge
   of 0 would be a lie).
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 import ipaddress
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -63,12 +65,14 @@ from salvagelane.events.kinds import (
     RunStarted,
 )
 from salvagelane.logs import get_logger
+from salvagelane.runtime.scheduler import nearest_fire_times
 from salvagelane.runtime.settings import DEFAULT_QUEUE_STALL_SECONDS
 from salvagelane.vocabulary import Clock, utc_now
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
+    from salvagelane.definitions.model import Schedule
     from salvagelane.store import StateReader, StoreState
 
 __all__ = [
@@ -104,6 +108,9 @@ class Metrics:
     several registries in one process, where they would only repeat each other.
     ``queue_stall_seconds`` and ``clock``: when the task queue counts as stalled, and the
     clock queued runs' waits are measured with (``--queue-stall-after``).
+    ``schedules``: the schedules of the instructions the process serves, by instruction id,
+    asked at each scrape (a reload changes them); each one's newest fire at or before
+    ``clock()`` is ``salvagelane_last_fire_timestamp_seconds``.
     """
 
     def __init__(
@@ -113,6 +120,7 @@ class Metrics:
         process: bool = True,
         queue_stall_seconds: float = DEFAULT_QUEUE_STALL_SECONDS,
         clock: Clock = utc_now,
+        schedules: Callable[[], Mapping[str, Schedule]] | None = None,
     ) -> None:
         # No `_created` series beside each counter and histogram: they double the lines
         # of a scrape and say only when the process first counted. (A switch of the
@@ -199,7 +207,12 @@ class Metrics:
         )
         if state is not None:
             registry.register(
-                StateCollector(state, queue_stall_seconds=queue_stall_seconds, clock=clock)
+                StateCollector(
+                    state,
+                    queue_stall_seconds=queue_stall_seconds,
+                    clock=clock,
+                    schedules=schedules,
+                )
             )
         if process:
             ProcessCollector(registry=registry)
@@ -265,7 +278,8 @@ class Metrics:
 
 class StateCollector(Collector):
     """The state gauges, read from the database at every scrape (one
-    :meth:`StateReader.read <salvagelane.store.StateReader.read>`: a few aggregate queries)."""
+    :meth:`StateReader.read <salvagelane.store.StateReader.read>`: a few aggregate queries),
+    and the newest fire of each of ``schedules()`` (see :class:`Metrics`)."""
 
     def __init__(
         self,
@@ -273,17 +287,22 @@ class StateCollector(Collector):
         *,
         queue_stall_seconds: float = DEFAULT_QUEUE_STALL_SECONDS,
         clock: Clock = utc_now,
+        schedules: Callable[[], Mapping[str, Schedule]] | None = None,
     ) -> None:
         self._state = state
         self._stall_seconds = queue_stall_seconds
         self._clock = clock
+        self._schedules = schedules
+        # Per instruction: its schedule, newest fire and the fire after it. A scrape between
+        # the two reuses them instead of working the cron expression out again.
+        self._fires: dict[str, tuple[Schedule, datetime | None, datetime | None]] = {}
         # One scrape at a time reads the database: two Prometheus servers scraping at once
         # do not double the load on it.
         self._reading = threading.Lock()
 
     def describe(self) -> list[Metric]:
         # What collect() yields, without reading the database at registration.
-        return list(_families(None, up=False, seconds=0.0, now=None, stall_seconds=0.0))
+        return list(_families(None, up=False, seconds=0.0, now=None, stall_seconds=0.0, fires={}))
 
     def collect(self) -> Iterator[Metric]:
         with self._reading:
@@ -294,13 +313,48 @@ class StateCollector(Collector):
                 log.warning("metrics.state_unreadable", error=str(exc))
                 state = None
             seconds = time.monotonic() - began
+            now = self._clock()
+            fires = self._newest_fires(now)
         yield from _families(
             state,
             up=state is not None,
             seconds=seconds,
-            now=self._clock(),
+            now=now,
             stall_seconds=self._stall_seconds,
+            fires=fires,
         )
+
+    def _newest_fires(self, now: datetime) -> dict[str, datetime]:
+        """Each served instruction's newest fire at or before ``now`` (none: left out)."""
+        if self._schedules is None:
+            return {}
+        schedules = dict(self._schedules())
+        found: dict[str, datetime] = {}
+        for instruction, schedule in schedules.items():
+            known = self._fires.get(instruction)
+            if known is not None and known[0] == schedule and _between(now, known[1], known[2]):
+                newest = known[1]
+            else:
+                try:
+                    newest, following = nearest_fire_times(schedule, now)
+                except (ConfigurationError, ValueError) as exc:
+                    # A loaded definition's schedule has been checked; never fail a scrape.
+                    log.warning(
+                        "metrics.schedule_unreadable", instruction=instruction, error=str(exc)
+                    )
+                    continue
+                self._fires[instruction] = (schedule, newest, following)
+            if newest is not None:
+                found[instruction] = newest
+        for gone in self._fires.keys() - schedules.keys():
+            del self._fires[gone]
+        return found
+
+
+def _between(now: datetime, newest: datetime | None, following: datetime | None) -> bool:
+    # Whether ``now`` still has ``newest`` as its newest fire: not before it (a clock set
+    # back) and before the next one.
+    return (newest is None or newest <= now) and (following is None or now < following)
 
 
 def _gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamily:
@@ -314,9 +368,11 @@ def _families(
     seconds: float,
     now: datetime | None,
     stall_seconds: float,
+    fires: Mapping[str, datetime],
 ) -> Iterator[Metric]:
     """The state metrics of ``state`` (None: only whether the database answered, and
-    how long it took to say so); queued runs' waits are measured up to ``now``."""
+    how long it took to say so); queued runs' waits are measured up to ``now``; ``fires``
+    are the served instructions' newest fires."""
     yield GaugeMetricFamily(
         f"{PREFIX}_state_up",
         "1 when the database answered the last scrape's state queries, else 0.",
@@ -348,6 +404,13 @@ def _families(
         "last_clean_run_timestamp_seconds",
         "Fire time (Unix seconds) of the newest clean scheduled run per instruction: "
         "status ok, trigger schedule or catch_up, no item approved by an operator.",
+        ["instruction"],
+    )
+    last_fire = _gauge(
+        "last_fire_timestamp_seconds",
+        "Newest fire time (Unix seconds) at or before now of each instruction this process "
+        "serves, by its schedule (cron and timezone); compare with "
+        "salvagelane_last_clean_run_timestamp_seconds.",
         ["instruction"],
     )
     oldest_wait = _gauge(
@@ -388,9 +451,14 @@ def _families(
             depth.add_metric(["procrastinate"], sum(state.queue_jobs.values()))
         for instruction, moment in sorted(state.last_clean.items()):
             clean.add_metric([instruction], moment.timestamp())
+        # With the state only: a rule compares it with the newest clean run of the same
+        # scrape, and an unreadable database (salvagelane_state_up 0, its own alert) must
+        # not read as "no clean run since the fire" for every instruction.
+        for instruction, moment in sorted(fires.items()):
+            last_fire.add_metric([instruction], moment.timestamp())
     # Without a state the families are empty (HELP and TYPE, no sample): a gauge of 0
     # would claim what the database did not say.
-    yield from (runs, pending, deliveries, depth, clean, oldest_wait, workers, stalled)
+    yield from (runs, pending, deliveries, depth, clean, last_fire, oldest_wait, workers, stalled)
 
 
 # --- the endpoint ---------------------------------------------------------------------------------

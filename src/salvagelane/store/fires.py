@@ -137,6 +137,20 @@ class FireLedger:
 
     # --- reads ------------------------------------------------------------------------------
 
+    def has_sign_of_life(self, run_id: str, *, since: datetime) -> bool:
+        """Whether run ``run_id`` had a heartbeat (or started) at or after ``since``."""
+        with self._transaction(f"read the heartbeat of run {run_id}") as session:
+            moment = session.scalar(sa.select(last_sign_of_life()).where(RunRow.id == run_id))
+        return moment is not None and moment >= since
+
+    def fire_attempt_of(self, run_id: str) -> int:
+        """The ``fire_attempt`` of run ``run_id`` (1 for a run that retries nothing, and
+        for an id not stored); a retry of it takes the next one, so two claims of the
+        same retry collide on the one-run-per-fire index."""
+        with self._transaction(f"read the fire attempt of run {run_id}") as session:
+            attempt = session.scalar(sa.select(RunRow.fire_attempt).where(RunRow.id == run_id))
+        return 1 if attempt is None else attempt
+
     def runs_for_fire(self, instruction_id: str, scheduled_for: datetime) -> list[RunSummary]:
         """The runs that claimed this fire (the fire, then its retry), in that order."""
         stmt = (

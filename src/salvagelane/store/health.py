@@ -23,6 +23,8 @@ they cannot disagree.
   Quarantine reasons and tokens per day count every run (review load and spend).
 - **partial rate** and **failed rate** are over the counted runs that ended in the
   window (``ok``, ``partial``, ``failed``, ``interrupted``); None when none did.
+- The **gate** (``health --gate N``) passes when the newest ``N`` ended scheduled runs
+  (by fire time, as the streak reads them) are all clean: the streak is at least ``N``.
 - The **queue** figures are of now, not of the window: the instruction's runs waiting
   ``queued`` for a worker, since when the oldest waits, the workers consuming the task
   queue, and whether it is **stalled** (:mod:`.backlog`: the oldest has waited longer than
@@ -197,7 +199,45 @@ class InstructionHealth:
     """What the cost figures do not say by themselves (models priced at another's price)."""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Gate:
+    """Whether the newest ``needed`` ended scheduled runs of an instruction were clean;
+    ``runs`` holds them (fewer when fewer are stored), newest first."""
+
+    instruction_id: str
+    needed: int
+    runs: tuple[HealthRun, ...]
+
+    @property
+    def clean_runs(self) -> int:
+        return sum(clean(run) for run in self.runs)
+
+    @property
+    def unclean(self) -> tuple[HealthRun, ...]:
+        """The runs that were not clean, newest first."""
+        return tuple(run for run in self.runs if not clean(run))
+
+    @property
+    def passed(self) -> bool:
+        return len(self.runs) >= self.needed and not self.unclean
+
+
 # --- the pure computation -------------------------------------------------------------------
+
+
+def gate_of(instruction_id: str, scheduled_newest_first: Iterable[HealthRun], needed: int) -> Gate:
+    """The gate of ``needed`` clean runs over ended scheduled runs, newest first (other
+    runs are skipped); reads no further than ``needed`` of them."""
+    if needed < 1:
+        raise ValueError(f"needed: expected at least 1, got {needed}")
+    ended = (
+        run for run in scheduled_newest_first if run.scheduled and run.status != RunStatus.RUNNING
+    )
+    return Gate(
+        instruction_id=instruction_id,
+        needed=needed,
+        runs=tuple(itertools.islice(ended, needed)),
+    )
 
 
 def clean(run: HealthRun) -> bool:
@@ -382,6 +422,13 @@ class HealthReader:
             stmt = _scheduled_stmt(instruction_id)
             first = _health_runs(session, list(session.scalars(stmt.limit(_PAGE))))
             return streak_change(run_id, _scheduled_newest_first(session, stmt, first))
+
+    def gate(self, instruction_id: str, needed: int) -> Gate:
+        """The gate of ``needed`` clean scheduled runs of ``instruction_id`` (:func:`gate_of`)."""
+        with self._transaction(f"read the last scheduled runs of {instruction_id}") as session:
+            stmt = _scheduled_stmt(instruction_id)
+            first = _health_runs(session, list(session.scalars(stmt.limit(_PAGE))))
+            return gate_of(instruction_id, _scheduled_newest_first(session, stmt, first), needed)
 
     def healths(
         self,
@@ -630,6 +677,31 @@ def _quarantined_by_instruction(
 COUNTED_SCHEDULED = "scheduled"
 COUNTED_ALL = "all"
 """The window's runs, statuses, finish reasons and rates count: scheduled runs, or all."""
+
+
+def gate_json(gate: Gate) -> dict[str, Any]:
+    """``gate`` as JSON-ready data: what ``salvagelane health --gate N --json`` prints."""
+    return {
+        "instruction": gate.instruction_id,
+        "needed": gate.needed,
+        "passed": gate.passed,
+        "scheduled_runs": len(gate.runs),
+        "clean_runs": gate.clean_runs,
+        "runs": [
+            {
+                "run_id": run.id,
+                "trigger": str(run.trigger),
+                "scheduled_for": None
+                if run.scheduled_for is None
+                else run.scheduled_for.isoformat(),
+                "status": str(run.status),
+                "quarantined": run.quarantined,
+                "operator_approved": run.operator_approved,
+                "clean": clean(run),
+            }
+            for run in gate.runs
+        ],
+    }
 
 
 def health_json(health: InstructionHealth) -> dict[str, Any]:

@@ -228,8 +228,10 @@ class Store:
         """Record a new run as ``running``; returns its id.
 
         With ``scheduled_for`` the insert claims that fire: DuplicateFireError when it
-        already has a run. ``retry_of`` names an interrupted run of the same fire that
-        this one repeats; the retry is claimed the same way, so a fire is retried once.
+        already has a run. ``retry_of`` names a run of the same fire that this one repeats
+        (an interrupted one, or one ``backfill --reprocess`` runs again); the retry takes
+        the next ``fire_attempt`` after it and is claimed the same way, so each run of a
+        fire is retried once.
         ``definition`` is the version of the definition the run uses: stored with the
         run, in the same transaction, unless that version is stored already. ``forced``:
         ``scheduled_for`` is not a fire time of the schedule, and the operator said so.
@@ -249,7 +251,7 @@ class Store:
             definition_version=None if definition is None else definition.sha256,
             trigger=Trigger(trigger),
             scheduled_for=scheduled_for,
-            fire_attempt=1 if retry_of is None else 2,
+            fire_attempt=1 if retry_of is None else self.fires.fire_attempt_of(retry_of) + 1,
             retry_of=retry_of,
             status=RunStatus.RUNNING,
             created_at=now,
