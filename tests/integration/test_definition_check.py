@@ -24,6 +24,7 @@ from salvagelane.definitions import (
     load_instruction,
 )
 from salvagelane.definitions.fields import defaults, field_default, schema_fields
+from salvagelane.definitions.model import EmailSpec
 from salvagelane.errors import ConnectorError, DefinitionError
 from tests.support.cli import salvagelane_here as salvagelane
 from tests.support.definitions import copy_project, edit
@@ -173,6 +174,10 @@ def test_every_env_field_is_warned_about_by_name_only(project: Path) -> None:
         "connector.api_key_env",
         "sinks[].url_env",
         "sinks[].token_env",
+        "notify[].webhook.url_env",
+        "notify[].webhook.token_env",
+        "notify[].email.username_env",
+        "notify[].email.password_env",
     ]
 
 
@@ -341,6 +346,10 @@ def test_the_schema_defaults_are_the_models_and_salvages() -> None:
         "guardrails.max_string_length": _default_of(Guardrails, "max_string_length"),
         "guardrails.max_output_bytes": _default_of(Guardrails, "max_bytes"),
         "guardrails.coerce": _default_of(Guardrails, "coerce"),
+        "notify[].webhook.timeout_seconds": _default_of(SinkSpec, "timeout_seconds"),
+        "notify[].email.smtp_port": _default_of(EmailSpec, "smtp_port"),
+        "notify[].email.starttls": _default_of(EmailSpec, "starttls"),
+        "notify[].email.timeout_seconds": _default_of(EmailSpec, "timeout_seconds"),
     } == {path: schema[path] for path in schema if path not in _LOADER_ONLY}
     assert set(_LOADER_ONLY) <= set(schema)
 

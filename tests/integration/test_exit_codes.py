@@ -33,7 +33,7 @@ import pytest
 import sqlalchemy as sa
 
 from salvagelane.store import QuarantineFilter, Store, upgrade
-from tests.support.cli import EIGHTH, FIXTURE, ROOT, clean_env, command
+from tests.support.cli import EIGHTH, FIXTURE, ROOT, clean_env, command, salvagelane_here
 from tests.support.serve import ServeProcess
 
 SCHEMA = "schemas/daily-triage-item.schema.json"
@@ -168,6 +168,17 @@ Runner = Callable[["Row", Project, list[str]], Result]
 
 
 def run_plain(row: Row, project: Project, argv: list[str]) -> Result:
+    """The command, in this process (:func:`salvagelane_here`: the same environment,
+    working directory, pipes and exit status); as a process of its own for the first row
+    of each exit code, so every code is also seen leaving a real process."""
+    if row.name not in REAL_PROCESS_ROWS:
+        here = salvagelane_here(
+            *argv,
+            cwd=project.root,
+            env={"SALVAGELANE_DATABASE_URL": project.database},
+            input=row.input,
+        )
+        return Result(here.returncode, here.stdout, here.stderr)
     proc = subprocess.run(
         command(*argv),
         input=row.input,
@@ -1002,6 +1013,19 @@ ROWS: list[Row] = [
         **RO_DIR,
     ),
 ]
+
+
+def _first_of_each_code(rows: list[Row]) -> frozenset[str]:
+    first: dict[int, str] = {}
+    for entry in rows:
+        if entry.runner is run_plain:
+            first.setdefault(entry.code, entry.name)
+    return frozenset(first.values())
+
+
+REAL_PROCESS_ROWS = _first_of_each_code(ROWS)
+"""The rows run as a process of their own besides those whose runner needs one (signals,
+a serve beside, a read-only directory): one per exit code."""
 
 
 def _cases() -> Iterator[Any]:

@@ -19,7 +19,7 @@ METRIC_METHODS = {"inc", "dec", "set", "observe"}
 LOGS_OF_THEIR_OWN = {
     # The metrics endpoint reports its own scrape failing: it is a consumer of the stream,
     # and the collector that fails has no stream (it runs in the HTTP server's thread).
-    "metrics.py": {"metrics.state_unreadable"},
+    "metrics.py": {"metrics.state_unreadable", "metrics.schedule_unreadable"},
 }
 
 
