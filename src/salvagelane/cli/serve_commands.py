@@ -179,10 +179,7 @@ def serve_command(
 
 def _served_definitions(service: Service) -> Mapping[str, Instruction]:
     """The definitions ``service`` serves now (the last good load of each)."""
-    # TODO(alerts): Service has no public accessor yet; once runtime/service.py has
-    #   `@property def definitions(self) -> Mapping[str, Instruction]: return self._definitions`
-    # return `service.definitions` here instead of reading the private attribute.
-    return service._definitions
+    return service.definitions
 
 
 def _metrics_at(port: int | None, host: str) -> tuple[str, int] | None:
@@ -234,6 +231,7 @@ def _serve(
             render_schedule=render_schedule_table,
             dispatch=dispatch,
             events=events,
+            notifications_for=wiring.notifications_for,
         )
         # Before the banner: a directory where nothing loads stops here, not after
         # "salvagelane serve: ..." has told a supervisor that it started.

@@ -139,6 +139,8 @@ def worker_command(
             abandon=abandon,
             events=events,
         )
+        # The runs this worker makes tell whom their definitions' notify names.
+        wiring.notifier(store, lambda: worker.definitions).subscribe(events)
         worker.load()
         announce(
             f"salvagelane worker: {store.url}, definitions from {instructions_dir}/ "

@@ -41,6 +41,7 @@ from salvagelane.runtime.executor import ConnectorFactory, SinkFactory, mark_aba
 from salvagelane.runtime.fire_planner import FirePlanner
 from salvagelane.runtime.fire_runner import Dispatch, Fire, FireRunner
 from salvagelane.runtime.leadership import Gate, LeaderLoop
+from salvagelane.runtime.notifications import NotificationsFor, Notifier
 from salvagelane.runtime.scheduler import CronScheduler, ScheduleRow, schedule_table
 from salvagelane.runtime.settings import ServeSettings
 from salvagelane.store import LeaderLock, Store
@@ -69,6 +70,10 @@ RenderSchedule = Callable[[Sequence[ScheduleRow]], str]
 
 _active: Service | None = None
 _active_guard = threading.Lock()
+
+
+SWEEP_SECONDS = 300.0
+"""How often the leader looks for notifications a killed process left unwritten."""
 
 
 def fire(
@@ -124,6 +129,7 @@ class Service:
         clock: Clock = utc_now,
         events: EventStream | None = None,
         dispatch: Dispatch | None = None,
+        notifications_for: NotificationsFor | None = None,
     ) -> None:
         if problem := settings.problem():
             raise ConfigurationError(f"serve: {problem}")
@@ -160,6 +166,20 @@ class Service:
             events=self._events,
             dispatch=dispatch,
         )
+        # The definitions' notify: sent as the runs' events arrive, retried with the
+        # deliveries, and swept for what a killed process left unwritten.
+        self._notifications_for = notifications_for
+        self._notifier: Notifier | None = None
+        self._swept_at: datetime | None = None
+        if notifications_for is not None:
+            self._notifier = Notifier(
+                store,
+                definitions=lambda: self._definitions,
+                notifications_for=notifications_for,
+                clock=clock,
+                events=self._events,
+            )
+            self._notifier.subscribe(self._events)
         self.abandoned_runs: tuple[str, ...] = ()
         """Runs still executing when the node stopped (marked interrupted)."""
         self._redelivery: threading.Thread | None = None
@@ -275,15 +295,31 @@ class Service:
     def reload(self) -> None:
         self._reload()
 
+    @property
+    def definitions(self) -> Mapping[str, Instruction]:
+        """The definitions this node serves now (the last good load of each)."""
+        return self._definitions
+
     def redeliver(self) -> None:
         """One pass over the deliveries that are due: failed ones after their backoff,
-        pending ones whose process died once their lease ended. Never raises."""
+        pending ones whose process died once their lease ended; and, every
+        :data:`SWEEP_SECONDS`, the notifications a killed process left unwritten. Never
+        raises."""
+        now = self._clock()
         try:
+            if self._notifier is not None and (
+                self._swept_at is None or (now - self._swept_at).total_seconds() >= SWEEP_SECONDS
+            ):
+                self._swept_at = now
+                self._notifier.sweep(now)
             redeliver_due(
                 self._store,
-                sinks_for_run=sinks_from_definitions(self._definitions, self._sinks_for),
-                now=self._clock(),
+                sinks_for_run=sinks_from_definitions(
+                    self._definitions, self._sinks_for, self._notifications_for
+                ),
+                now=now,
                 clock=self._clock,
+                events=self._events,
             )
         except SalvagelaneError as exc:
             self._events.publish(RedeliveryFailed(exception=exc))
