@@ -15,6 +15,7 @@ import pytest
 
 from salvagelane.connectors import ReplayConnector
 from salvagelane.definitions import Instruction, load_instruction
+from salvagelane.errors import DefinitionError
 from salvagelane.events import logged_stream
 from salvagelane.runtime.delivery import redeliver_due, sinks_from_definitions
 from salvagelane.runtime.executor import Executor
@@ -190,3 +191,26 @@ def test_a_definition_without_notify_sends_nothing(
         runs = Runs(store, project.instruction(), client)
         runs.run(FIXTURE)
     assert receiver.requests == []
+
+
+def test_the_directory_s_default_notifications_apply_unless_a_definition_names_its_own(
+    project: Project, store: Store, receiver: ScriptedServer
+) -> None:
+    default = [{"on": ["partial"], "webhook": {"url": f"{receiver.origin}/default"}}]
+    (project.instructions / "notify.json").write_text(json.dumps(default), encoding="utf-8")
+    with httpx.Client() as client:
+        Runs(store, project.instruction(), client).run(FIXTURE)
+        opted_out = Runs(store, load_instruction(project.edit({}, append="notify: []\n")), client)
+        opted_out.fires = 1  # the next day's fire
+        opted_out.run(FIXTURE)
+    assert [(r.path, r.body["event"]) for r in receiver.requests] == [("/default", "partial")]
+
+
+def test_a_broken_default_is_refused_naming_its_file(project: Project) -> None:
+    broken = [{"on": ["sometimes"], "webhook": {"url": "http://127.0.0.1:1/x"}}]
+    (project.instructions / "notify.json").write_text(json.dumps(broken), encoding="utf-8")
+    with pytest.raises(DefinitionError) as refused:
+        project.instruction()
+    message = str(refused.value)
+    assert "notify: expected the default notifications in " in message
+    assert "notify.json: at [0].on[0]: 'sometimes' is not one of" in message

@@ -56,7 +56,7 @@ from salvagelane.definitions.snapshot import DefinitionSnapshot, DiskFiles, Stor
 from salvagelane.definitions.templates import (
     template_problems,
 )
-from salvagelane.definitions.validation import validate
+from salvagelane.definitions.validation import notify_problem, validate
 from salvagelane.definitions.yaml_source import YamlProblem, parse_yaml, read_text
 from salvagelane.errors import ConfigurationError, DefinitionError, SchemaError, not_utf8
 from salvagelane.policy_files import allow_list_values, parse_json_text
@@ -153,6 +153,7 @@ class _Checked:
         self.allow_lists: list[AllowListSource] = []
         self.loaded: dict[str, str] = {}
         self.prices: PriceTable | None = None
+        self.notify_default: list[Mapping[str, Any]] | None = None
 
     def ok(self, *path: str | int) -> bool:
         """Whether the schema passed ``path``: nothing wrong at it, above or below it."""
@@ -264,6 +265,39 @@ def _cross_check(checked: _Checked, files: DiskFiles | StoredFiles) -> None:
             checked.problems.extend(template_problems(name, prompt[name], context_names))
 
     _check_budget(checked, files)
+    _check_notify_default(checked, files)
+
+
+DEFAULT_NOTIFY = "notify.json"
+"""The notifications of every definition of a directory that has no ``notify`` of its
+own: a JSON list of entries shaped as ``notify``'s (``notify: []`` opts out)."""
+
+
+def _check_notify_default(checked: _Checked, files: DiskFiles | StoredFiles) -> None:
+    """Read the directory's default notifications when the definition names none."""
+    if "notify" in checked.document or not isinstance(files, DiskFiles):
+        return
+    if not files.exists(DEFAULT_NOTIFY):
+        return
+    where: PathParts = ("notify",)
+    text = _read_file(files, DEFAULT_NOTIFY, where, checked.problems, _MAX_FILE_BYTES)
+    if text is None:
+        return
+    shown = files.shown(DEFAULT_NOTIFY)
+    try:
+        entries = json.loads(text)
+    except json.JSONDecodeError as exc:
+        checked.add(
+            where,
+            f"expected the default notifications in {shown} to be JSON, got an error at "
+            f"line {exc.lineno} column {exc.colno}: {exc.msg}",
+        )
+        return
+    problem = notify_problem(entries)
+    if problem is not None:
+        checked.add(where, f"expected the default notifications in {shown}: {problem}")
+        return
+    checked.notify_default = entries
 
 
 def _check_budget(checked: _Checked, files: DiskFiles | StoredFiles) -> None:
@@ -435,7 +469,7 @@ def _build(checked: _Checked, path: Path, files: DiskFiles | StoredFiles) -> Ins
         ),
         # Nor whom it tells: notifications are sent from the operator's definitions.
         notify=(
-            tuple(_notify(entry) for entry in document.get("notify", ()))
+            tuple(_notify(entry) for entry in document.get("notify", checked.notify_default or ()))
             if isinstance(files, DiskFiles)
             else ()
         ),

@@ -32,6 +32,21 @@ def instruction_schema() -> Mapping[str, Any]:
     return _instruction_schema()[0]
 
 
+def notify_problem(entries: Any) -> str | None:
+    """What is wrong with ``entries`` as a definition's ``notify`` list (the first
+    problem, with its path), or None."""
+    schema = instruction_schema()["properties"]["notify"]
+    validator = jsonschema.Draft202012Validator(
+        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    )
+    errors = sorted(validator.iter_errors(entries), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    first = errors[0]
+    at = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.absolute_path)
+    return f"at {at or '(the whole list)'}: {first.message}"
+
+
 @cache
 def _instruction_schema() -> tuple[Mapping[str, Any], jsonschema.Draft202012Validator]:
     path = _instruction_schema_path()
