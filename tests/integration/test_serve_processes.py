@@ -159,24 +159,34 @@ def test_a_restart_catches_up_the_newest_gap_fire_and_records_the_rest_missed(
     assert_one_row_per_fire(runs)
     known = {r.id for r in before}
     after = [r for r in runs if r.id not in known]
-    gap = [r for r in after if r.trigger != "schedule" or r.status == "missed"]
     # The gap: missed rows, oldest first, then the one catch-up; scheduled fires after it.
-    assert [r.trigger for r in after] == ["schedule"] * (len(gap) - 1) + ["catch_up"] + [
-        "schedule"
-    ] * (len(after) - len(gap)), describe(after)
-    missed, catch_up = gap[:-1], gap[-1]
+    triggers = [r.trigger for r in after]
+    assert triggers.count("catch_up") == 1, describe(after)
+    at = triggers.index("catch_up")
+    missed, catch_up, scheduled = after[:at], after[at], after[at + 1 :]
+    assert {r.trigger for r in missed + scheduled} == {"schedule"}, describe(after)
     assert len(missed) >= 2, describe(after)
     assert missed[0].scheduled_for == last_before + SECOND
     assert {r.status for r in missed} == {"missed"}
     assert catch_up.status == "partial"
     assert catch_up.fire_attempt == 1
-    assert {r.status for r in after[len(gap) :]} == {"partial"}
     with Store.open(project.database_url) as store:
         for run in missed:
             assert "a newer fire supersedes it" in (store.get_run(run.id).error or "")
+        # A fire that fell due while the node was stopping is settled missed by the stop
+        # (how many depends on how busy the machine is); every other one ran.
+        stopped = [r for r in scheduled if r.status == "missed"]
+        assert scheduled[: len(scheduled) - len(stopped)] == [
+            r for r in scheduled if r.status == "partial"
+        ], describe(after)
+        for run in stopped:
+            assert "serve stopped" in (store.get_run(run.id).error or ""), describe(after)
+    assert len(scheduled) - len(stopped) >= 2, describe(after)
     logged = second.events("fire.catch_up")
     assert [fire_time(e) for e in logged] == [catch_up.scheduled_for]
-    assert {fire_time(e) for e in second.events("fire.missed")} == {r.scheduled_for for r in missed}
+    assert {fire_time(e) for e in second.events("fire.missed")} == {
+        r.scheduled_for for r in missed + stopped
+    }
 
 
 def test_gap_fires_outside_the_misfire_grace_are_all_missed(
