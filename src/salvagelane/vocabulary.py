@@ -82,6 +82,13 @@ class ReviewStatus(StrEnum):
     REJECTED = "rejected"
     SUPERSEDED = "superseded"
     """A reject of an attempt that was not chosen for its run's report: never reviewed."""
+    REASKED = "reasked"
+    """Mended by a follow-up request (``retry.on: [quarantined]``): the re-asked item is
+    in the report, marked ``reask``; the record's ``resolution`` links to it."""
+
+
+OUT_OF_THE_LANE = (ReviewStatus.SUPERSEDED, ReviewStatus.REASKED)
+"""Records that never enter review: listed and counted only when asked for by status."""
 
 
 class ReviewAction(StrEnum):
@@ -115,6 +122,9 @@ class ItemOrigin(StrEnum):
     MODEL = "model"
     OPERATOR = "operator"
     """Approved from the quarantine: never passed off as the model's."""
+    REASK = "reask"
+    """Given back by a follow-up request for a rejected item: the model's, but not of the
+    report's own answer (its span is in ``attempt``'s output)."""
 
 
 Clock = Callable[[], datetime]

@@ -26,6 +26,9 @@ class RetryCause(enum.StrEnum):
     TRUNCATED = "truncated"
     PROVIDER_ERROR = "provider_error"
     OVERSIZE = "oversize"
+    QUARANTINED = "quarantined"
+    """Never a whole retry (:func:`retry_cause` does not give it): rejected items beside
+    accepted ones are asked for again on their own (:mod:`salvagelane.core.reask`)."""
 
 
 def retry_cause(result: SalvageResult, *, max_items: int | None) -> RetryCause | None:

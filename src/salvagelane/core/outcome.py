@@ -17,7 +17,7 @@ item without repairs is written as before.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,21 +34,30 @@ from salvagelane.core.records import (
 OUTCOME_FORMAT = 1
 """Version of the outcome's JSON form; bumped when its meaning changes."""
 
+MODEL_ORIGIN = "model"
+REASK_ORIGIN = "reask"
+_ORIGINS = (MODEL_ORIGIN, REASK_ORIGIN)
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ItemOutcome:
-    """An accepted item: its source index, the hash of its data, the data, and the
-    lossless repairs it was accepted with (none for an original item)."""
+    """An accepted item: its source index, the hash of its data, the data, the
+    lossless repairs it was accepted with (none for an original item), and ``origin``:
+    ``model`` for an item of the answer itself, ``reask`` for one a follow-up request
+    gave back (:mod:`salvagelane.core.reask`; its index is the asked item's)."""
 
     index: int
     sha256: str
     data: JSONValue
     repairs: tuple[Repair, ...] = ()
+    origin: str = MODEL_ORIGIN
 
     def to_json(self) -> dict[str, JSONValue]:
         data: dict[str, JSONValue] = {"index": self.index, "sha256": self.sha256, "data": self.data}
         if self.repairs:
             data["repairs"] = [repair.to_json() for repair in self.repairs]
+        if self.origin != MODEL_ORIGIN:  # absent from every outcome recorded before re-asks
+            data["origin"] = self.origin
         return data
 
 
@@ -115,12 +124,16 @@ class Outcome:
                     f"{where}.sha256: expected {actual[:12]}... (the hash of its data), got "
                     f"{recorded[:12]}...: data or hash edited by hand"
                 )
+            origin = _string(item.get("origin", MODEL_ORIGIN), f"{where}.origin")
+            if origin not in _ORIGINS:
+                raise ValueError(f"{where}.origin: expected one of {_ORIGINS}, got {origin!r}")
             items.append(
                 ItemOutcome(
                     index=_index(item.get("index"), f"{where}.index"),
                     sha256=recorded,
                     data=item["data"],
                     repairs=repairs_from_json(item.get("repairs", []), f"{where}.repairs"),
+                    origin=origin,
                 )
             )
         quarantined = []
@@ -147,8 +160,9 @@ class Outcome:
         )
 
 
-def outcome_of(result: SalvageResult) -> Outcome:
-    """The outcome of ``result``: status, accepted items, quarantine reasons, envelope keys."""
+def outcome_of(result: SalvageResult, *, reasked: Collection[int] = ()) -> Outcome:
+    """The outcome of ``result``: status, accepted items, quarantine reasons, envelope
+    keys. ``reasked``: the indices of items a follow-up request gave back."""
     return Outcome(
         status=str(result.status),
         items=tuple(
@@ -157,6 +171,7 @@ def outcome_of(result: SalvageResult) -> Outcome:
                 sha256=canonical_sha256(item.data),
                 data=item.data,
                 repairs=item.repairs,
+                origin=REASK_ORIGIN if item.index in reasked else MODEL_ORIGIN,
             )
             for item in result.items
         ),
@@ -177,6 +192,7 @@ class DifferenceKind(enum.StrEnum):
     ITEM_GAINED = "item_gained"  # accepted now, not before
     ITEM_CHANGED = "item_changed"  # accepted both times, other data
     ITEM_REPAIRS = "item_repairs"  # accepted both times, same data, other lossless repairs
+    ITEM_ORIGIN = "item_origin"  # accepted both times, same data, once from a re-ask
     REASON_CHANGED = "reason_changed"  # quarantined both times, for another reason
     # No longer, or newly, quarantined; not accepted either time.
     QUARANTINE_LOST = "quarantine_lost"
@@ -218,6 +234,8 @@ class Difference:
                 return f"{where} changed: data {self.expected} -> {self.actual}"
             case DifferenceKind.ITEM_REPAIRS:
                 return f"{where} repairs changed: {self.expected} -> {self.actual}"
+            case DifferenceKind.ITEM_ORIGIN:
+                return f"{where} origin changed: {self.expected} -> {self.actual}"
             case DifferenceKind.REASON_CHANGED:
                 return f"{where} reason changed: {self.expected} -> {self.actual}"
             case DifferenceKind.QUARANTINE_LOST:
@@ -300,6 +318,7 @@ class _Fate:
     sha256: str | None = None
     reasons: tuple[str, ...] = ()
     repairs: tuple[Repair, ...] = ()
+    origin: str = MODEL_ORIGIN
 
     @property
     def accepted(self) -> bool:
@@ -311,7 +330,8 @@ class _Fate:
 
 def _fates(outcome: Outcome) -> dict[int | None, _Fate]:
     fates: dict[int | None, _Fate] = {
-        item.index: _Fate(sha256=item.sha256, repairs=item.repairs) for item in outcome.items
+        item.index: _Fate(sha256=item.sha256, repairs=item.repairs, origin=item.origin)
+        for item in outcome.items
     }
     for record in outcome.quarantined:
         previous = fates.get(record.index, _Fate())
@@ -319,6 +339,7 @@ def _fates(outcome: Outcome) -> dict[int | None, _Fate]:
             sha256=previous.sha256,
             reasons=(*previous.reasons, record.reason),
             repairs=previous.repairs,
+            origin=previous.origin,
         )
     return fates
 
@@ -329,6 +350,18 @@ def _fate_change(index: int | None, before: _Fate | None, after: _Fate | None) -
     was = _ABSENT if before is None else before.describe()
     now = _ABSENT if after is None else after.describe()
     if before is not None and before.accepted:
+        if (
+            after is not None
+            and after.accepted
+            and before.sha256 == after.sha256
+            and before.repairs == after.repairs
+        ):
+            return Difference(
+                kind=DifferenceKind.ITEM_ORIGIN,
+                index=index,
+                expected=before.origin,
+                actual=after.origin,
+            )
         if after is not None and after.accepted and before.sha256 == after.sha256:
             return Difference(
                 kind=DifferenceKind.ITEM_REPAIRS,

@@ -460,6 +460,7 @@ def _build(checked: _Checked, path: Path, files: DiskFiles | StoredFiles) -> Ins
                 field_value(retry_doc, "length_budget_factor", "retry.length_budget_factor")
             ),
             max_output_tokens_ceiling=retry_doc.get("max_output_tokens_ceiling"),
+            reask_reasons=tuple(retry_doc.get("reask_reasons", ())),
         ),
         # A stored copy never says where a report goes: see load_stored.
         sinks=(

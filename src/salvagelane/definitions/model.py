@@ -44,6 +44,8 @@ class RetryOn(enum.StrEnum):
     TRUNCATED = "truncated"
     PROVIDER_ERROR = "provider_error"
     OVERSIZE = "oversize"
+    QUARANTINED = "quarantined"
+    """Not a whole retry: a follow-up asking again for the rejected items only."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -154,6 +156,12 @@ class RetryPolicy:
     on: tuple[RetryOn, ...]
     length_budget_factor: float = 2.0
     max_output_tokens_ceiling: int | None = None
+    # With QUARANTINED in ``on``: the quarantine reasons a follow-up asks again for.
+    reask_reasons: tuple[str, ...] = ()
+
+    @property
+    def reasks(self) -> bool:
+        return RetryOn.QUARANTINED in self.on
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -162,12 +162,27 @@ class AttemptSalvaged(RunEvent):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RetryAsked(RunEvent):
-    """The run asks the model again after ``attempt``, for ``cause`` (a RetryCause)."""
+    """The run asks the model again after ``attempt``, for ``cause`` (a RetryCause);
+    for ``quarantined``, a follow-up for ``items`` rejected items only."""
 
     name: ClassVar[str] = "attempt.retry"
     attempt: int
     cause: str
     max_output_tokens: int | None = None
+    items: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReaskSettled(RunEvent):
+    """The follow-up (``attempt``) for a run's rejected items was joined to its report:
+    of ``asked`` items, ``accepted`` joined it, ``still_quarantined`` stay in review."""
+
+    name: ClassVar[str] = "attempt.reask_settled"
+    attempt: int
+    asked: int
+    accepted: int
+    still_quarantined: int
+    extra: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

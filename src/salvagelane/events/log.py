@@ -30,6 +30,7 @@ LEVELS: Mapping[type[Event], str] = {
     kinds.AttemptLost: _ERROR,
     kinds.AttemptSalvaged: _INFO,
     kinds.RetryAsked: _INFO,
+    kinds.ReaskSettled: _INFO,
     kinds.DeadlinePassed: _WARNING,
     kinds.CancelSeen: _INFO,
     kinds.CallCutRequested: _INFO,

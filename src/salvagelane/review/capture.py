@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from salvagelane.core.canonical import canonical_sha256
 from salvagelane.core.numbering import item_label
 from salvagelane.core.outcome import (
+    MODEL_ORIGIN,
+    REASK_ORIGIN,
     ItemOutcome,
     Outcome,
     QuarantineOutcome,
@@ -25,12 +27,15 @@ from salvagelane.fixtures.format import (
     EXPECTED_FILE,
     META_FILE,
     RAW_FILE,
+    REASK_META_FILE,
+    REASK_RAW_FILE,
     FixtureMeta,
+    ReaskExchange,
     json_text,
     write_fixture,
 )
 from salvagelane.logs import MIN_SECRET_LENGTH, secret_field_name
-from salvagelane.vocabulary import ItemOrigin
+from salvagelane.vocabulary import ItemOrigin, ReviewStatus
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is only needed to capture
     from salvagelane.store import AttemptView, RunDetail, Store
@@ -112,6 +117,7 @@ def capture_run(
     files = {RAW_FILE: raw, META_FILE: json_text(meta.to_json())}
     if expected is not None:
         files[EXPECTED_FILE] = json_text(expected.to_json())
+    files.update(_follow_up_files(detail, chosen))
     version = _stored_definition(store, detail.id, instruction_id)
     if version is not None:
         files[DEFINITION_FILE] = json_text(version)
@@ -170,6 +176,41 @@ def _chosen_attempt(detail: RunDetail, number: int | None) -> AttemptView:
     return with_raw[-1]
 
 
+def _follow_up_files(detail: RunDetail, chosen: AttemptView) -> dict[str, str]:
+    """``reask.txt`` and ``reask.json`` when a follow-up request asked again for
+    ``chosen``'s rejected items and was answered; none otherwise (a failed follow-up
+    joined nothing: the replay of ``raw.txt`` alone gives the same outcome)."""
+    follow_up = _follow_up(detail, chosen)
+    if follow_up is None or follow_up.raw_output is None:
+        return {}
+    if follow_up.clipped:
+        raise InputError(
+            f"run {detail.id}: the follow-up (attempt {follow_up.number}) is stored clipped: "
+            "the exchange cannot be a fixture"
+        )
+    asked = follow_up.request["reask"]
+    assert isinstance(asked, Mapping)
+    usage = follow_up.usage or {}
+    exchange = ReaskExchange(
+        raw=follow_up.raw_output,
+        items=tuple(int(i) for i in asked["items"]),
+        finish_reason=follow_up.finish_reason,
+        native_finish_reason=follow_up.native_finish_reason,
+        model=follow_up.model,
+        usage={key: usage.get(key) for key in ("prompt_tokens", "completion_tokens")},
+    )
+    return {REASK_RAW_FILE: exchange.raw, REASK_META_FILE: json_text(exchange.meta_json())}
+
+
+def _follow_up(detail: RunDetail, chosen: AttemptView) -> AttemptView | None:
+    """The follow-up request that asked again for ``chosen``'s rejected items, if any."""
+    for attempt in detail.attempts:
+        asked = attempt.request.get("reask") if isinstance(attempt.request, Mapping) else None
+        if isinstance(asked, Mapping) and asked.get("of_attempt") == chosen.number:
+            return attempt
+    return None
+
+
 def _stored_outcome(detail: RunDetail, attempt: AttemptView) -> Outcome | None:
     """The outcome the run stored for ``attempt``, or None when it stored no report of it.
 
@@ -177,6 +218,9 @@ def _stored_outcome(detail: RunDetail, attempt: AttemptView) -> Outcome | None:
     """
     report = detail.report
     status = (attempt.outcome or {}).get("status")
+    reask = report.counts.get("reask") if report is not None else None
+    if isinstance(reask, Mapping) and _follow_up(detail, attempt) is not None:
+        status = reask.get("status")  # the salvage's with the follow-up joined
     if report is None or report.attempt_id != attempt.id or not isinstance(status, str):
         return None
     items = tuple(
@@ -187,14 +231,15 @@ def _stored_outcome(detail: RunDetail, attempt: AttemptView) -> Outcome | None:
             repairs=repairs_from_json(
                 item.repairs or [], f"the stored repairs of {item_label(item.source_index)}"
             ),
+            origin=REASK_ORIGIN if item.origin == ItemOrigin.REASK else MODEL_ORIGIN,
         )
         for item in sorted(report.items, key=lambda item: item.position)
-        if item.origin == ItemOrigin.MODEL and item.source_index is not None
+        if item.origin in (ItemOrigin.MODEL, ItemOrigin.REASK) and item.source_index is not None
     )
     quarantined = tuple(
         QuarantineOutcome(index=record.source_index, reason=record.reason)
         for record in sorted(detail.quarantined, key=lambda record: record.id)
-        if record.attempt_id == attempt.id
+        if record.attempt_id == attempt.id and record.review_status != ReviewStatus.REASKED
     )
     envelope = report.envelope if isinstance(report.envelope, Mapping) else {}
     return Outcome(

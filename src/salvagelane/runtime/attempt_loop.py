@@ -19,7 +19,9 @@ from salvagelane.call_cut import CallCut
 from salvagelane.connectors import Completion, CompletionRequest, Connector
 from salvagelane.core import salvage
 from salvagelane.core.assembly import bytes_over_cap
-from salvagelane.core.attempts import correction_prompt
+from salvagelane.core.attempts import RetryCause, correction_prompt
+from salvagelane.core.reask import reask_prompt
+from salvagelane.core.records import QuarantinedItem
 from salvagelane.definitions import Instruction
 from salvagelane.errors import (
     AttemptNotStoredError,
@@ -49,6 +51,7 @@ from salvagelane.logs import scrub_text
 from salvagelane.runtime.budget import BudgetCheck, Exhausted, call_cost
 from salvagelane.runtime.plan import plan_run, provider_retry_cause, redacted
 from salvagelane.runtime.run_records import (
+    Reasking,
     StoredAttempt,
     attempt_outcome,
     completion_fields,
@@ -120,6 +123,9 @@ class AttemptLoop:
         retry = instruction.retry
         budget = plan.first_budget
         correction: str | None = None
+        # Set once a follow-up for the rejected items is due: the next call is that one,
+        # and it is the run's last.
+        reasking: Reasking | None = None
         deadline = instruction.schedule.deadline_seconds
         began = self._monotonic()
 
@@ -164,9 +170,9 @@ class AttemptLoop:
                     exc.status if isinstance(exc, ProviderError) else None, provider=provider
                 )
                 self._publish_call(number, seconds, "error", error_kind=kind)
-                attempt = self._store_failed_call(number, request, exc, started)
+                attempt = self._store_failed_call(number, request, exc, started, reask=reasking)
                 cause = provider_retry_cause(exc)
-                if not plan.wants_retry(cause, attempts_left=attempts_left):
+                if reasking is not None or not plan.wants_retry(cause, attempts_left=attempts_left):
                     break
                 self._events.publish(
                     RetryAsked(
@@ -201,14 +207,21 @@ class AttemptLoop:
             )
             # A key echoed in the answer is redacted before anything stores or parses it.
             completion, redactions = redacted(completion)
-            attempt = self._store_completion(number, request, completion, started, redactions)
+            attempt = self._store_completion(
+                number, request, completion, started, redactions, reask=reasking
+            )
             # plan.salvage, through this module's name: the crash tests replace it here.
             result = salvage(
                 completion.text, plan.policy, finish_reason=str(completion.finish_reason)
             )
             attempt.result = result
             trigger = plan.retry_cause(result)
-            self._store.set_attempt_outcome(attempt.attempt_id, attempt_outcome(result, trigger))
+            whole = trigger is not None and plan.wants_retry(trigger, attempts_left=attempts_left)
+            asked: tuple[QuarantinedItem, ...] = ()
+            if not whole and reasking is None and attempts_left > 0:
+                asked = plan.items_to_reask(result)
+            decided = RetryCause.QUARANTINED if asked else trigger
+            self._store.set_attempt_outcome(attempt.attempt_id, attempt_outcome(result, decided))
             self._events.publish(
                 AttemptSalvaged(
                     run_id=self._run_id,
@@ -221,7 +234,23 @@ class AttemptLoop:
                     truncated=result.truncated,
                 )
             )
-            if trigger is None or not plan.wants_retry(trigger, attempts_left=attempts_left):
+            if reasking is not None:
+                break  # the follow-up was the last call
+            if asked:
+                reasking = Reasking(of=number, asked=asked)
+                self._events.publish(
+                    RetryAsked(
+                        run_id=self._run_id,
+                        instruction_id=self._instruction.id,
+                        attempt=number,
+                        cause=str(RetryCause.QUARANTINED),
+                        max_output_tokens=budget,
+                        items=len(asked),
+                    )
+                )
+                correction = reask_prompt(asked, raw=completion.text)
+                continue
+            if trigger is None or not whole:
                 break
             budget = plan.next_budget(budget, cause=trigger, completion=completion)
             self._events.publish(
@@ -346,8 +375,12 @@ class AttemptLoop:
         completion: Completion,
         started: datetime,
         redactions: int = 0,
+        *,
+        reask: Reasking | None = None,
     ) -> StoredAttempt:
-        fields = completion_fields(self._instruction, request, completion, redactions=redactions)
+        fields = completion_fields(
+            self._instruction, request, completion, redactions=redactions, reask=reask
+        )
         attempt_id = self._add_attempt(number, started, fields)
         cap = fields["max_raw_bytes"]
         self._events.publish(
@@ -365,7 +398,9 @@ class AttemptLoop:
                 redactions=redactions,
             )
         )
-        attempt = StoredAttempt(number=number, attempt_id=attempt_id, completion=completion)
+        attempt = StoredAttempt(
+            number=number, attempt_id=attempt_id, completion=completion, reask=reask
+        )
         self._attempts.append(attempt)
         return attempt
 
@@ -377,9 +412,10 @@ class AttemptLoop:
         started: datetime,
         *,
         cut: bool = False,
+        reask: Reasking | None = None,
     ) -> StoredAttempt:
         message = scrub_text(str(exc))
-        fields = failed_call_fields(self._instruction, request, exc, message)
+        fields = failed_call_fields(self._instruction, request, exc, message, reask=reask)
         attempt_id = self._add_attempt(number, started, fields)
         kind = AttemptCut if cut else ProviderFailed
         self._events.publish(
@@ -390,7 +426,9 @@ class AttemptLoop:
                 error=message,
             )
         )
-        attempt = StoredAttempt(number=number, attempt_id=attempt_id, provider_error=message)
+        attempt = StoredAttempt(
+            number=number, attempt_id=attempt_id, provider_error=message, reask=reask
+        )
         self._attempts.append(attempt)
         return attempt
 

@@ -44,6 +44,7 @@ from salvagelane.events.kinds import (
     FailureNotRecorded,
     HeartbeatMissed,
     InterruptNotRecorded,
+    ReaskSettled,
     RunCancelled,
     RunCrashed,
     RunFailed,
@@ -463,6 +464,19 @@ class Executor:
                 address=run_address(state.run_id, instruction.id),
             ),
         )
+        if settlement.reask is not None and settlement.follow_up is not None:
+            mended = settlement.reask.counts()
+            self._events.publish(
+                ReaskSettled(
+                    run_id=state.run_id,
+                    instruction_id=instruction.id,
+                    attempt=settlement.follow_up.number,
+                    asked=mended["asked"],
+                    accepted=mended["accepted"],
+                    still_quarantined=mended["still_quarantined"],
+                    extra=mended["extra"],
+                )
+            )
         return run_records.reported_outcome(
             state.run_id, instruction, settlement, attempts=len(state.attempts)
         )

@@ -60,6 +60,7 @@ from salvagelane.events import Event, EventStream, Subscription
 from salvagelane.events.kinds import (
     FireReceived,
     ModelCalled,
+    ReaskSettled,
     RetryAsked,
     RunFinished,
     RunStarted,
@@ -167,8 +168,16 @@ class Metrics:
         )
         self._retries = Counter(
             f"{PREFIX}_retries",
-            "Run-level retries (another attempt asked of the model), by instruction and cause.",
+            "Run-level retries (another attempt asked of the model), by instruction and cause "
+            "(quarantined: a follow-up for the rejected items only).",
             ["instruction", "cause"],
+            registry=registry,
+        )
+        self._reasked = Counter(
+            f"{PREFIX}_reasked_items",
+            "Rejected items asked for again by a follow-up request, by instruction and what "
+            "became of them (accepted: joined the report; still_quarantined: in review).",
+            ["instruction", "outcome"],
             registry=registry,
         )
         self._tokens = Counter(
@@ -227,6 +236,7 @@ class Metrics:
         RunStarted,
         ModelCalled,
         RetryAsked,
+        ReaskSettled,
         RunFinished,
     )
     """The events the metrics count (a test holds every counted fact to be an event)."""
@@ -261,6 +271,11 @@ class Metrics:
                     )
         elif isinstance(event, RetryAsked):
             self._retries.labels(event.instruction_id, event.cause).inc()
+        elif isinstance(event, ReaskSettled):
+            self._reasked.labels(event.instruction_id, "accepted").inc(max(0, event.accepted))
+            self._reasked.labels(event.instruction_id, "still_quarantined").inc(
+                max(0, event.still_quarantined)
+            )
         elif isinstance(event, RunFinished):
             instruction = event.instruction_id
             self._run_duration.labels(instruction, str(event.status)).observe(

@@ -18,6 +18,8 @@ from salvagelane.call_cut import CallCut
 from salvagelane.connectors import Completion, CompletionRequest
 from salvagelane.core import SalvagePolicy, SalvageResult, salvage
 from salvagelane.core.attempts import RetryCause, next_token_budget, retry_cause, wants_retry
+from salvagelane.core.reask import DEFAULT_REASONS, items_to_reask
+from salvagelane.core.records import QuarantinedItem, Reason
 from salvagelane.core.schema_hint import hint_record
 from salvagelane.definitions import (
     Instruction,
@@ -89,6 +91,19 @@ class RunPlan:
         """Whether the definition's ``retry.on`` takes ``cause`` with attempts left."""
         enabled = {str(on) for on in self.instruction.retry.on}
         return wants_retry(cause, enabled=enabled, attempts_left=attempts_left)
+
+    def items_to_reask(self, result: SalvageResult) -> tuple[QuarantinedItem, ...]:
+        """The rejected items of ``result`` a follow-up asks again for (none unless the
+        definition's ``retry.on`` lists ``quarantined``)."""
+        retry = self.instruction.retry
+        if not retry.reasks:
+            return ()
+        reasons = (
+            frozenset(Reason(r) for r in retry.reask_reasons)
+            if retry.reask_reasons
+            else DEFAULT_REASONS
+        )
+        return items_to_reask(result, reasons=reasons)
 
     def next_budget(self, current: int, *, cause: RetryCause, completion: Completion) -> int:
         """The next attempt's ``max_output_tokens`` after ``completion`` gave ``cause``:

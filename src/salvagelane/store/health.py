@@ -47,7 +47,13 @@ from salvagelane.store.backlog import NO_QUEUE, QueueFigures, read_figures
 from salvagelane.store.figures import RunFigures, figures_of
 from salvagelane.store.models import AttemptRow, QuarantinedItemRow, ReportRow, RunRow
 from salvagelane.store.spend import ModelSpend, spend_of
-from salvagelane.vocabulary import FINAL_RUN_STATUSES, ReviewStatus, RunStatus, Trigger
+from salvagelane.vocabulary import (
+    FINAL_RUN_STATUSES,
+    OUT_OF_THE_LANE,
+    ReviewStatus,
+    RunStatus,
+    Trigger,
+)
 
 RECENT_RUNS = 30
 """How many runs the strip of statuses shows."""
@@ -590,7 +596,7 @@ def quarantined_per_day(
     if since is not None:
         stmt = stmt.where(QuarantinedItemRow.created_at >= since)
     if review_status is None:
-        stmt = stmt.where(QuarantinedItemRow.review_status != ReviewStatus.SUPERSEDED)
+        stmt = stmt.where(QuarantinedItemRow.review_status.not_in(OUT_OF_THE_LANE))
     else:
         stmt = stmt.where(QuarantinedItemRow.review_status == review_status)
     if instruction_id is not None:
@@ -667,7 +673,7 @@ def _quarantined_by_instruction(
         .where(
             QuarantinedItemRow.instruction_id.in_(instruction_ids),
             QuarantinedItemRow.created_at >= since,
-            QuarantinedItemRow.review_status != ReviewStatus.SUPERSEDED,
+            QuarantinedItemRow.review_status.not_in(OUT_OF_THE_LANE),
         )
         .group_by(QuarantinedItemRow.instruction_id, day, QuarantinedItemRow.reason)
     )

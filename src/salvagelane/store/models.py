@@ -331,6 +331,9 @@ class ReportItemRow(Base):
     origin: Mapped[ItemOrigin] = mapped_column(Word(ItemOrigin))
     # The lossless repairs the item was accepted with (migration 0007); NULL: none.
     repairs: Mapped[Any] = mapped_column(JSONText, nullable=True)
+    # The attempt whose output holds the span, when not the report's (a re-asked item;
+    # migration 0009); NULL: the report's attempt.
+    attempt: Mapped[int | None] = mapped_column(Integer)
 
 
 class QuarantinedItemRow(Base):
@@ -364,6 +367,8 @@ class QuarantinedItemRow(Base):
     reviewed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     reviewed_by: Mapped[str | None] = mapped_column(Text)
     review_note: Mapped[str | None] = mapped_column(SafeText)
+    # How a follow-up mended the item (migration 0009): attempt and report position.
+    resolution: Mapped[Any] = mapped_column(JSONText, nullable=True)
 
 
 class QuarantineReviewRow(Base):

@@ -41,7 +41,7 @@ from salvagelane.store.values import (
     QuarantineView,
     ReportItemRecord,
 )
-from salvagelane.vocabulary import ItemOrigin, ReviewAction, ReviewStatus
+from salvagelane.vocabulary import OUT_OF_THE_LANE, ItemOrigin, ReviewAction, ReviewStatus
 
 INPUT_HEAD_BYTES = 4096
 """Bytes of an operator's refused input kept in the audit trail (with its size and hash)."""
@@ -451,7 +451,7 @@ S = TypeVar("S", bound=sa.Select[Any])
 def _filtered(stmt: S, where: QuarantineFilter) -> S:
     """``stmt`` with the conditions of ``where`` (not its limit and offset)."""
     if where.review_status is None:
-        stmt = stmt.where(QuarantinedItemRow.review_status != ReviewStatus.SUPERSEDED)
+        stmt = stmt.where(QuarantinedItemRow.review_status.not_in(OUT_OF_THE_LANE))
     else:
         stmt = stmt.where(QuarantinedItemRow.review_status == where.review_status)
     if where.instruction_id is not None:
@@ -507,11 +507,12 @@ def require_pending(row: QuarantinedItemRow | QuarantineView, action: str) -> No
         return
     by = f" by {row.reviewed_by}" if row.reviewed_by else ""
     when = f" at {row.reviewed_at.isoformat()}" if row.reviewed_at else ""
-    why = (
-        "it belongs to an attempt that was not chosen for the report"
-        if row.review_status == ReviewStatus.SUPERSEDED
-        else f"it was {row.review_status}{by}{when}"
-    )
+    if row.review_status == ReviewStatus.SUPERSEDED:
+        why = "it belongs to an attempt that was not chosen for the report"
+    elif row.review_status == ReviewStatus.REASKED:
+        why = "a follow-up request mended it: the re-asked item is in the report"
+    else:
+        why = f"it was {row.review_status}{by}{when}"
     raise ReviewStateError(
         f"cannot {action} quarantined item #{row.id}: expected a pending item, "
         f"it is {row.review_status} ({why})"

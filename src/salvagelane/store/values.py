@@ -41,6 +41,8 @@ class ReportItemRecord:
     coercions: Sequence[JSONValue] | None = None
     origin: ItemOrigin = ItemOrigin.MODEL
     repairs: Sequence[JSONValue] | None = None  # lossless repairs: never passed off as original
+    # The attempt whose output holds the span when it is not the report's (a re-asked item).
+    attempt: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,6 +80,8 @@ class QuarantineRecord:
     repaired: JSONValue
     provenance: Mapping[str, JSONValue]
     review_status: ReviewStatus = ReviewStatus.PENDING
+    # How the item left the queue without a review (a follow-up mended it): a link.
+    resolution: Mapping[str, JSONValue] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -182,6 +186,7 @@ class ReportItemView:
     coercions: list[JSONValue] | None
     origin: ItemOrigin
     repairs: list[JSONValue] | None = None
+    attempt: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -222,6 +227,7 @@ class QuarantineView:
     reviewed_at: datetime | None
     reviewed_by: str | None
     review_note: str | None
+    resolution: Mapping[str, JSONValue] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
