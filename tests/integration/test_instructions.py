@@ -333,7 +333,7 @@ BROKEN = [
         "retry.on[1]",
         (
             'expected one of "nothing_salvaged", "truncated", "provider_error", "oversize", '
-            'got "timeout"',
+            '"quarantined", got "timeout"',
         ),
     ),
     Broken(

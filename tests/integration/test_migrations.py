@@ -50,7 +50,8 @@ def test_migration_environment_ships_inside_the_package() -> None:
     assert (MIGRATIONS_DIR / "versions" / "0006_definition_versions.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0007_item_repairs.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0008_queued_runs.py").is_file()
-    assert head_revision() == "0008"
+    assert (MIGRATIONS_DIR / "versions" / "0009_reasked_items.py").is_file()
+    assert head_revision() == "0009"
 
 
 def test_the_head_the_code_expects_is_alembic_head() -> None:

@@ -262,6 +262,13 @@ def health_text(health: InstructionHealth) -> str:
         lines.append(f"  {day}  {_counts(reasons)}")
     if not health.quarantined_by_day:
         lines.append("  none")
+    if health.reasked:
+        mended = health.reasked.get("accepted", 0)
+        still = health.reasked.get("still_quarantined", 0)
+        lines.append(
+            f"re-asked     {mended + still} item(s) asked again by a follow-up: {mended} mended, "
+            f"{still} still quarantined"
+        )
     priced = "" if health.currency is None else f", cost in {line(health.currency)}"
     lines.append(f"tokens per day, every trigger (prompt + completion = total{priced})")
     for day, usage in health.tokens_by_day.items():

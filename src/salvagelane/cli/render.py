@@ -62,6 +62,8 @@ def status_notes(run: RunSummary) -> list[str]:
         notes.append(f"the model's output was cut off ({cut}): no review makes it ok")
     if run.operator_approved:
         notes.append(f"{_items(run.operator_approved)} approved by an operator (origin operator)")
+    if run.reasked:
+        notes.append(f"{_items(run.reasked)} mended by a follow-up request (origin reask)")
     if run.folded:
         notes.append(folded_note(run.folded, run.folded_by_reason))
     return notes
@@ -113,6 +115,7 @@ def run_json(detail: RunDetail, deliveries: Sequence[DeliveryOutcome] = ()) -> d
         "partial": detail.partial,
         "kept": detail.kept_count,
         "operator_approved": detail.operator_approved,
+        "reasked": detail.reasked,
         "candidates": detail.candidates,
         "quarantined": detail.quarantined_count,
         "quarantined_by_reason": dict(detail.quarantined_by_reason),
@@ -278,6 +281,8 @@ def run_detail(detail: RunDetail) -> str:
         for item in report.items:
             text = json.dumps(item.data, ensure_ascii=False, separators=(", ", ": "))
             origin = "" if item.origin == ItemOrigin.MODEL else f" [{line(item.origin)}]"
+            if item.attempt is not None:
+                origin = f" [{line(item.origin)}, attempt {item.attempt}]"
             lines.append(f"  {item.position + 1}. {one_line(text, _ITEM_WIDTH)}{origin}")
             if item.repairs:
                 # A repaired item is never passed off as the model's own text (ADR 0001).

@@ -13,7 +13,14 @@ from typing import Any
 import jsonschema
 import jsonschema.exceptions
 
-from salvagelane.definitions.problems import PathParts, Problem, one_line, quoted, received
+from salvagelane.definitions.problems import (
+    PathParts,
+    Problem,
+    format_path,
+    one_line,
+    quoted,
+    received,
+)
 from salvagelane.logs import redact_url
 from salvagelane.policy_files import load_json_file
 
@@ -222,6 +229,19 @@ def _schema_problems(error: jsonschema.exceptions.ValidationError) -> list[Probl
                     )
                 )
         return problems
+    if keyword == "not" and isinstance(value, Mapping) and "const" in value:
+        why = schema.get("description")
+        because = f" ({why})" if isinstance(why, str) else ""
+        refused = json.dumps(value["const"])  # the instance is that value: short
+        return [Problem(path, f"expected anything but {refused}{because}, got {refused}")]
+    if keyword == "contains":
+        needed = _expectation(value) if isinstance(value, Mapping) else str(value)
+        trail = [str(part) for part in error.relative_schema_path]
+        cause = ""
+        if "dependentSchemas" in trail and trail.index("dependentSchemas") + 1 < len(trail):
+            other = trail[trail.index("dependentSchemas") + 1]
+            cause = f" (because {format_path((*path[:-1], other))} is given)"
+        return [Problem(path, f"expected a list holding {needed}{cause}, got {got}")]
     if keyword == "not":
         why = schema.get("description", "not allowed here")
         return [Problem(path, f"expected no such field ({why}), got {got}")]

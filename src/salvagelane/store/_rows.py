@@ -198,6 +198,7 @@ def summary(run: RunRow, figures: RunFigures) -> RunSummary:
         partial=figures.partial,
         kept_count=figures.kept,
         operator_approved=figures.operator_approved,
+        reasked=figures.reasked,
         quarantined_count=figures.quarantined,
         quarantined_by_reason=dict(figures.quarantined_by_reason),
         folded=figures.folded,

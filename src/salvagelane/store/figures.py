@@ -60,6 +60,8 @@ class RunFigures:
     kept: int
     operator_approved: int
     quarantined: int
+    # Of ``kept``, the items a follow-up request mended (origin reask).
+    reasked: int = 0
     quarantined_by_reason: Mapping[str, int]
     folded: int
     folded_by_reason: Mapping[str, int]
@@ -158,6 +160,7 @@ def figures_of(session: Session, runs: Sequence[RunRow]) -> dict[str, RunFigures
             continue
         call = next((a for a in calls if a.id == report.attempt_id), None)
         by_model = kept.get((report.id, ItemOrigin.MODEL), 0)
+        by_reask = kept.get((report.id, ItemOrigin.REASK), 0)
         kept_total = sum(n for (report_id, _), n in kept.items() if report_id == report.id)
         rows = chosen.get(run.id, [])
         held: dict[str, int] = {}
@@ -190,7 +193,8 @@ def figures_of(session: Session, runs: Sequence[RunRow]) -> dict[str, RunFigures
             status=status,
             partial=status == RunStatus.PARTIAL,
             kept=kept_total,
-            operator_approved=kept_total - by_model,
+            operator_approved=kept_total - by_model - by_reask,
+            reasked=by_reask,
             quarantined=quarantined,
             quarantined_by_reason=reason_ordered(held),
             folded=sum(folded.values()),

@@ -203,6 +203,9 @@ class InstructionHealth:
     table (:func:`salvagelane.runtime.budget.with_cost` fills it in)."""
     cost_note: str | None = None
     """What the cost figures do not say by themselves (models priced at another's price)."""
+    reasked: Mapping[str, int] = field(default_factory=dict)
+    """The window's rejected items a follow-up request asked again for (``retry.on:
+    [quarantined]``), by what became of them: ``accepted`` or ``still_quarantined``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -351,6 +354,7 @@ def health_of(
     queue: QueueFigures = NO_QUEUE,
     queue_stall_seconds: float = float("inf"),
     every_trigger: bool = False,
+    reasked: Mapping[str, int] | None = None,
 ) -> InstructionHealth:
     """The figures from their inputs: the ``recent`` runs (newest first), the ended
     ``scheduled`` runs newest first (read lazily, as far as the streak goes), the runs of
@@ -390,6 +394,7 @@ def health_of(
         queue_workers=queue.live_workers,
         queue_stalled=queue.stalled(instruction_id, now=until, after_seconds=queue_stall_seconds),
         every_trigger=every_trigger,
+        reasked=dict(reasked or {}),
     )
 
 
@@ -473,6 +478,7 @@ class HealthReader:
             quarantined: dict[str, list[tuple[str, str, int]]] = {}
             for i, day, reason, count in _quarantined_by_instruction(session, ids, since):
                 quarantined.setdefault(i, []).append((day, reason, count))
+            reasked = _reasked_by_instruction(session, ids, since)
             attempts: dict[str, list[tuple[datetime, Any, str | None]]] = {}
             for i, started, usage, model in session.execute(
                 sa.select(
@@ -499,6 +505,7 @@ class HealthReader:
                     queue=queue,
                     queue_stall_seconds=queue_stall_seconds,
                     every_trigger=every_trigger,
+                    reasked=reasked.get(i, {}),
                 )
                 for i in ids
             ]
@@ -657,6 +664,29 @@ def _window_runs(
     return windows
 
 
+def _reasked_by_instruction(
+    session: Session, instruction_ids: Sequence[str], since: datetime
+) -> dict[str, dict[str, int]]:
+    """By instruction: the rejected items a follow-up request asked again for in the
+    runs since ``since``, by what became of them (``accepted``: mended;
+    ``still_quarantined``), as each report's counts recorded them."""
+    found: dict[str, dict[str, int]] = {}
+    for instruction, counts in session.execute(
+        sa.select(RunRow.instruction_id, ReportRow.counts)
+        .join(ReportRow, ReportRow.run_id == RunRow.id)
+        .where(RunRow.instruction_id.in_(instruction_ids), RunRow.created_at >= since)
+    ).tuples():
+        reask = counts.get("reask") if isinstance(counts, Mapping) else None
+        if not isinstance(reask, Mapping):
+            continue
+        totals = found.setdefault(instruction, {"accepted": 0, "still_quarantined": 0})
+        for key in totals:
+            value = reask.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                totals[key] += value
+    return found
+
+
 def _quarantined_by_instruction(
     session: Session, instruction_ids: Sequence[str], since: datetime
 ) -> list[tuple[str, str, str, int]]:
@@ -745,6 +775,7 @@ def health_json(health: InstructionHealth) -> dict[str, Any]:
         "missed_fires": health.missed_fires,
         "interrupted_fires": health.interrupted_fires,
         "quarantined_by_day": {day: dict(c) for day, c in health.quarantined_by_day.items()},
+        "reasked": dict(health.reasked),
         "tokens_by_day": {
             day: {
                 "prompt": usage.prompt,

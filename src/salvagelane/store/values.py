@@ -131,6 +131,8 @@ class RunSummary:
     output_cut: tuple[OutputCut, ...]
     native_finish_reason: str | None
     forced: bool = False
+    # Of kept_count, the items a follow-up request mended (origin reask).
+    reasked: int = 0
     # Of quarantined_count, the candidates past guardrails.max_quarantined: counted by
     # reason, with no stored record (the raw output still holds them).
     folded: int = 0
