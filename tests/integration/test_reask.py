@@ -22,8 +22,10 @@ from salvagelane.definitions import Instruction
 from salvagelane.fixtures.replay import Replayer
 from salvagelane.review.capture import capture_run
 from salvagelane.runtime.executor import Executor
+from salvagelane.runtime.metrics import Metrics
 from salvagelane.store import Store
 from salvagelane.vocabulary import ItemOrigin, ReviewStatus
+from tests.support.metrics import counted_by
 from tests.support.provider import ScriptedServer
 from tests.support.run_setup import (
     Project,
@@ -181,6 +183,42 @@ def test_an_answer_with_more_items_than_asked_is_not_paired(
     (signal,) = pending.error["reask"]["signals"]
     assert signal["reason"] == "unanswered"
     assert "answered 3 item(s) for the 1 asked" in signal["message"]
+
+
+def test_follow_ups_are_counted_in_health_and_the_metrics(
+    project: Project,
+    store: Store,
+    provider: ScriptedServer,
+    connector_for: Callable[[Instruction], Connector],
+) -> None:
+    first, good = seven_with_a_bad_enum()
+    provider.script.extend(
+        [
+            chat_answer(report(first)),
+            chat_answer(report([good])),
+            chat_answer(report(first)),
+            chat_answer(report([dict(good, action="panic")])),
+        ]
+    )
+    metrics = Metrics(state=store.state, process=False)
+    executor = Executor(store, connector_for=connector_for, events=counted_by(metrics))
+    instruction = project.instruction(**REASK)
+
+    outcomes = [executor.run(instruction), executor.run(instruction)]
+
+    assert [o.status for o in outcomes] == ["ok", "partial"]
+    now = store.get_run(outcomes[1].run_id).finished_at
+    assert now is not None
+    health = store.health.instruction_health("daily-triage", now=now, every_trigger=True)
+    assert health.reasked == {"accepted": 1, "still_quarantined": 1}
+    sample = metrics.registry.get_sample_value
+    labels = {"instruction": "daily-triage"}
+    assert sample("salvagelane_reasked_items_total", {**labels, "outcome": "accepted"}) == 1
+    assert sample("salvagelane_reasked_items_total", {**labels, "outcome": "still_quarantined"}) == 1
+    assert sample("salvagelane_retries_total", {**labels, "cause": "quarantined"}) == 2
+    runs = {r.id: r for r in store.list_runs()}
+    assert [runs[o.run_id].reasked for o in outcomes] == [1, 0]
+    assert [runs[o.run_id].operator_approved for o in outcomes] == [0, 0]
 
 
 def test_no_follow_up_without_quarantined_in_retry_on(

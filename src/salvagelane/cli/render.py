@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from salvagelane.cli.tables import aligned
-from salvagelane.core.numbering import item_label
+from salvagelane.core.numbering import item_label, item_number
 from salvagelane.errors import NotFoundError
 from salvagelane.safe_text import line, one_line
 from salvagelane.vocabulary import OPEN_DELIVERY_STATUSES, DeliveryStatus, ItemOrigin, OutputCut
@@ -67,6 +67,23 @@ def status_notes(run: RunSummary) -> list[str]:
     if run.folded:
         notes.append(folded_note(run.folded, run.folded_by_reason))
     return notes
+
+
+def _follow_up_note(request: Mapping[str, Any]) -> str:
+    """`` (follow-up for items 7, 9 of #1)`` for a follow-up request's attempt."""
+    asked = request.get("reask")
+    if not isinstance(asked, Mapping):
+        return ""
+    indices = [i for i in asked.get("items") or () if isinstance(i, int) and i >= 0]
+    numbers = ", ".join(str(item_number(i)) for i in indices)
+    return f" (follow-up for item(s) {numbers} of #{asked.get('of_attempt')})"
+
+
+def _resolution_note(resolution: Mapping[str, Any] | None) -> str:
+    """`` -> report item 7 (attempt 2)`` for a record a follow-up mended."""
+    if not isinstance(resolution, Mapping) or not isinstance(resolution.get("position"), int):
+        return ""
+    return f" -> report item {resolution['position'] + 1} (attempt {resolution.get('attempt')})"
 
 
 def folded_note(folded: int, by_reason: Mapping[str, int]) -> str:
@@ -246,7 +263,7 @@ def run_detail(detail: RunDetail) -> str:
             status = "no HTTP response" if attempt.provider_error else "replayed"
         lines.append(
             f"  #{attempt.number}  {size}, finish {finish}, {status}, "
-            f"model {line(attempt.model or '-')}"
+            f"model {line(attempt.model or '-')}{_follow_up_note(attempt.request)}"
         )
         if clipped := clipped_note(attempt):
             lines.append(f"      {clipped}")
@@ -296,9 +313,18 @@ def run_detail(detail: RunDetail) -> str:
         message = held.error.get("message") or held.error
         lines.append(
             f"  #{held.id} {where} of attempt {held.attempt_number}: {line(held.reason)} "
-            f"[{line(held.review_status)}]"
+            f"[{line(held.review_status)}]{_resolution_note(held.resolution)}"
         )
         lines.append(f"      {one_line(str(message), _ITEM_WIDTH)}")
+        again = held.error.get("reask")
+        if isinstance(again, Mapping):
+            for signal in again.get("signals") or ():
+                if isinstance(signal, Mapping):
+                    said = str(signal.get("message", ""))
+                    lines.append(
+                        f"      asked again (attempt {again.get('attempt')}): "
+                        f"{one_line(said, _ITEM_WIDTH)}"
+                    )
         lines.append(
             f"      span {held.span_start}-{held.span_end}, "
             f"sha256 {line((held.sha256 or '-')[:12])}: "
