@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from salvagelane.fixtures.replay import Replayer
 from salvagelane.review.capture import capture_run
 from salvagelane.runtime.executor import Executor
 from salvagelane.runtime.metrics import Metrics
+from salvagelane.runtime.trial import try_instruction
 from salvagelane.store import Store
 from salvagelane.vocabulary import ItemOrigin, ReviewStatus
 from tests.support.metrics import counted_by
@@ -214,7 +216,9 @@ def test_follow_ups_are_counted_in_health_and_the_metrics(
     sample = metrics.registry.get_sample_value
     labels = {"instruction": "daily-triage"}
     assert sample("salvagelane_reasked_items_total", {**labels, "outcome": "accepted"}) == 1
-    assert sample("salvagelane_reasked_items_total", {**labels, "outcome": "still_quarantined"}) == 1
+    assert (
+        sample("salvagelane_reasked_items_total", {**labels, "outcome": "still_quarantined"}) == 1
+    )
     assert sample("salvagelane_retries_total", {**labels, "cause": "quarantined"}) == 2
     runs = {r.id: r for r in store.list_runs()}
     assert [runs[o.run_id].reasked for o in outcomes] == [1, 0]
@@ -264,3 +268,34 @@ def test_the_exchange_is_captured_and_replays(
     changed = Replayer(project.instructions).replay(copy)
     assert changed.verdict == "differs"
     assert [d.kind for d in changed.differences] == ["status", "item_lost"]
+
+
+def test_try_says_a_run_would_ask_again_for_the_rejected_items(
+    project: Project,
+    provider: ScriptedServer,
+    connector_for: Callable[[Instruction], Connector],
+) -> None:
+    first, _ = seven_with_a_bad_enum()
+    provider.script.extend([chat_answer(report(first)), chat_answer(report(first))])
+    at = datetime(2026, 11, 28, 5, 20, tzinfo=UTC)
+
+    # Loaded first: instruction(**REASK) edits the definition file in place.
+    plain = try_instruction(
+        project.instruction(), connector_for=connector_for, sinks_for=no_sinks, at=at
+    )
+    asked = try_instruction(
+        project.instruction(**REASK), connector_for=connector_for, sinks_for=no_sinks, at=at
+    )
+
+    assert asked.to_json()["retry"] == {
+        "cause": "quarantined",
+        "attempt": 2,
+        "attempts": 3,
+        "max_output_tokens": 4096,
+    }
+    assert plain.to_json()["retry"] is None
+    assert len(provider.requests) == 2  # a trial makes one call, never the follow-up
+
+
+def no_sinks(instruction: Instruction) -> list[Any]:
+    return []

@@ -257,9 +257,23 @@ def try_instruction(
             plan.first_budget
             if cause is None
             else plan.next_budget(plan.first_budget, cause=cause, completion=completion),
-        ),
+        )
+        or _follow_up(plan, result, attempts),
         sinks=targets,
         payload=payload,
+    )
+
+
+def _follow_up(plan: RunPlan, result: SalvageResult, attempts: int) -> RetryPreview | None:
+    """The follow-up for the rejected items a run would send next (``retry.on:
+    [quarantined]``), when no whole retry is due."""
+    if attempts < 2 or not plan.items_to_reask(result):
+        return None
+    return RetryPreview(
+        cause=str(RetryCause.QUARANTINED),
+        attempt=2,
+        attempts=attempts,
+        max_output_tokens=plan.first_budget,
     )
 
 
