@@ -27,7 +27,6 @@ from salvagelane.cli.options import (
     by_option,
     count_range,
     database_option,
-    destination_options,
     instructions_option,
     json_option,
     parse_fire_time,
@@ -247,16 +246,108 @@ def quarantine_show_command(quarantine_id: int, database: str | None, as_json: b
         click.echo(quarantine_detail(detail))
 
 
+EXPORT_FORMATS = ("fixture", "jsonl")
+REVIEWED = (ReviewStatus.APPROVED.value, ReviewStatus.REJECTED.value)
+
+
 @quarantine_group.command("export")
-@click.argument("quarantine_id", metavar="ID", type=ITEM_ID)
-@destination_options
+@click.argument("quarantine_id", metavar="[ID]", type=ITEM_ID, required=False)
+@click.option(
+    "--format",
+    "form",
+    type=click.Choice(EXPORT_FORMATS),
+    default="fixture",
+    show_default=True,
+    help="fixture: the regression fixture of item ID's run (needs ID and --to); "
+    "jsonl: one JSON line per reviewed item (schemas/quarantine-export.schema.json).",
+)
+@click.option(
+    "--to",
+    "to",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="fixture: directory to write the fixture into (created; must be empty unless --force).",
+)
+@click.option(
+    "--force", is_flag=True, help="fixture: overwrite the fixture files of a non-empty DIR."
+)
+@click.option(
+    "--status",
+    type=click.Choice(REVIEWED),
+    help="jsonl: only items of this decision (default: approved and rejected; pending "
+    "items are never exported).",
+)
+@click.option("--instruction", "instruction_id", metavar="ID", help="jsonl: only this instruction.")
+@click.option(
+    "--reason",
+    metavar="REASON",
+    callback=lambda ctx, param, value: None if value is None else _known_reason(value),
+    help="jsonl: only this reason.",
+)
+@click.option(
+    "--since",
+    callback=lambda ctx, param, value: None if value is None else _parse_since(value),
+    metavar="DATE",
+    help="jsonl: only items quarantined at or after DATE (2026-11-21 or an ISO timestamp "
+    "with zone).",
+)
+@click.option(
+    "--output",
+    metavar="FILE",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    help="jsonl: write the lines to FILE, whole or not at all (default -: stdout).",
+)
 @database_option
+@click.pass_context
 def quarantine_export_command(
-    quarantine_id: int, to: Path, force: bool, database: str | None
+    ctx: click.Context,
+    quarantine_id: int | None,
+    form: str,
+    to: Path | None,
+    force: bool,
+    status: str | None,
+    instruction_id: str | None,
+    reason: str | None,
+    since: datetime | None,
+    output: Path | None,
+    database: str | None,
 ) -> None:
-    """Write a regression fixture of the model output quarantined item ID came from (its
-    run and attempt), as `salvagelane fixture capture` does. Replay it with
-    `salvagelane replay DIR`."""
+    """Export quarantined items: by default (--format fixture) write a regression fixture
+    of the model output item ID came from (its run and attempt), as `salvagelane fixture
+    capture` does (replay it with `salvagelane replay DIR`); with --format jsonl, write
+    one JSON line per reviewed item, oldest first: the quarantined text, the reason and
+    correction signal, the decision and the operator's corrected item, with provenance.
+    Each line is checked against the export schema before it is written."""
+    given = [
+        f"--{name}"
+        for name in ("status", "instruction", "reason", "since", "output")
+        if ctx.get_parameter_source("instruction_id" if name == "instruction" else name)
+        is not click.core.ParameterSource.DEFAULT
+    ]
+    if form == "jsonl":
+        if quarantine_id is not None or to is not None or force:
+            raise click.UsageError(
+                "--format jsonl exports every reviewed item the filters select: it takes "
+                "no ID, --to or --force (filter with --status, --instruction, --reason, "
+                "--since)"
+            )
+        _export_jsonl(
+            status=status,
+            instruction_id=instruction_id,
+            reason=reason,
+            since=since,
+            output=output,
+            database=database,
+        )
+        return
+    if given:
+        raise click.UsageError(
+            f"{', '.join(given)}: only with --format jsonl (a fixture is of one item, ID)"
+        )
+    if quarantine_id is None or to is None:
+        raise click.UsageError(
+            "--format fixture needs the item's ID and --to DIR "
+            "(or --format jsonl for the reviewed items as data)"
+        )
     from salvagelane.review.capture import capture_run
 
     with open_store(database, read_only=True) as store:
@@ -266,6 +357,37 @@ def quarantine_export_command(
     click.echo(
         f"quarantined  #{held.id} ({place_in_output(held.source_index)}): {line(held.reason)}"
     )
+
+
+def _export_jsonl(
+    *,
+    status: str | None,
+    instruction_id: str | None,
+    reason: str | None,
+    since: datetime | None,
+    output: Path | None,
+    database: str | None,
+) -> None:
+    from salvagelane.review.dataset import export_lines, write_lines
+    from salvagelane.store import QuarantineFilter
+
+    statuses = [ReviewStatus(value) for value in ((status,) if status else REVIEWED)]
+    where = QuarantineFilter(instruction_id=instruction_id, reason=reason, since=since)
+    to_stdout = output is None or str(output) == "-"
+    with open_store(database, read_only=True) as store:
+        if instruction_id is not None:
+            require_known_instruction(store, instruction_id)
+        lines = export_lines(store, where, statuses)
+        if to_stdout:
+            count = 0
+            for count, text in enumerate(lines, 1):  # noqa: B007 (counted)
+                click.echo(text)
+        else:
+            assert output is not None
+            count = write_lines(output, lines)
+    chosen = " or ".join(str(s) for s in statuses)
+    where_to = "stdout" if to_stdout else str(output)
+    click.echo(f"exported {count} {chosen} item(s) to {line(where_to)}", err=True)
 
 
 @quarantine_group.command("approve")

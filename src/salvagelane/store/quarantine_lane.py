@@ -12,7 +12,7 @@ This module judges nothing: the guardrails run in the core (``check_item``) befo
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
@@ -40,6 +40,7 @@ from salvagelane.store.values import (
     QuarantineReviewView,
     QuarantineView,
     ReportItemRecord,
+    ReviewedItem,
 )
 from salvagelane.vocabulary import OUT_OF_THE_LANE, ItemOrigin, ReviewAction, ReviewStatus
 
@@ -147,6 +148,71 @@ class QuarantineLane:
                 report_items=None if report is None else _item_count(session, report.id),
                 reviews=[view(QuarantineReviewView, r) for r in _reviews(session, row.id)],
             )
+
+    def reviewed_items(
+        self,
+        where: QuarantineFilter,
+        statuses: Collection[ReviewStatus],
+        *,
+        after_id: int = 0,
+        limit: int = 100,
+    ) -> list[ReviewedItem]:
+        """A page of the items ``where`` selects whose status is one of ``statuses``
+        (approved, rejected), by id ascending from the first after ``after_id``, at most
+        ``limit``: each with its span of the attempt's raw output, its run's definition
+        version and the audit row that decided it. ``where``'s ``review_status``, limit
+        and offset are ignored; page on with the last id returned."""
+        decisions = {
+            ReviewStatus.APPROVED: (ReviewAction.APPROVE,),
+            ReviewStatus.REJECTED: (ReviewAction.REJECT, ReviewAction.BULK_REJECT),
+        }
+        unknown = set(statuses) - set(decisions)
+        if unknown:
+            raise ValueError(f"statuses: expected approved or rejected, got {sorted(unknown)}")
+        actions = [action for status in statuses for action in decisions[status]]
+        stmt = (
+            _filtered(
+                sa.select(QuarantinedItemRow, AttemptRow.number, RunRow.definition_version)
+                .join(AttemptRow, AttemptRow.id == QuarantinedItemRow.attempt_id)
+                .join(RunRow, RunRow.id == QuarantinedItemRow.run_id),
+                replace(where, review_status=None),
+            )
+            .where(QuarantinedItemRow.review_status.in_(list(statuses)))
+            .where(QuarantinedItemRow.id > after_id)
+            .order_by(QuarantinedItemRow.id.asc())
+            .limit(limit)
+        )
+        with self._transaction("read reviewed quarantined items") as session:
+            rows = session.execute(stmt).tuples().all()
+            spanned = {row.attempt_id for row, _, _ in rows if row.span_start is not None}
+            raws = {
+                ident: _whole_characters(raw, length)
+                for ident, raw, length in session.execute(
+                    sa.select(AttemptRow.id, AttemptRow.raw_output, AttemptRow.raw_length).where(
+                        AttemptRow.id.in_(spanned), AttemptRow.raw_output.is_not(None)
+                    )
+                ).tuples()
+                if raw is not None
+            }
+            decided: dict[int, QuarantineReviewView] = {}
+            for review in session.scalars(
+                sa.select(QuarantineReviewRow)
+                .where(
+                    QuarantineReviewRow.quarantine_id.in_([row.id for row, _, _ in rows]),
+                    QuarantineReviewRow.action.in_(actions),
+                )
+                .order_by(QuarantineReviewRow.at, QuarantineReviewRow.id)
+            ):
+                decided[review.quarantine_id] = view(QuarantineReviewView, review)
+            return [
+                ReviewedItem(
+                    item=_quarantineview(row, number),
+                    raw_span=_span_of(raws.get(row.attempt_id), row),
+                    definition_version=version,
+                    decision=decided.get(row.id),
+                )
+                for row, number, version in rows
+            ]
 
     # --- writes -----------------------------------------------------------------------------
 
@@ -463,6 +529,26 @@ def _filtered(stmt: S, where: QuarantineFilter) -> S:
     if where.through_id is not None:
         stmt = stmt.where(QuarantinedItemRow.id <= where.through_id)
     return stmt
+
+
+def _whole_characters(data: bytes, length: int | None) -> str:
+    """The stored output ``data`` as text; clipped (shorter than ``length``), without its
+    last 3 characters, which may be the pieces of one cut in two."""
+    text = decode_raw(data)
+    if length is not None and len(data) < length:
+        return text[:-3]
+    return text
+
+
+def _span_of(raw: str | None, row: QuarantinedItemRow) -> str | None:
+    """``row``'s span of ``raw``; None without one, or when ``raw`` (stored clipped)
+    ends before the span does."""
+    if raw is None or row.span_start is None:
+        return None
+    end = row.span_end if row.span_end is not None else row.span_start
+    if end > len(raw):
+        return None
+    return raw[row.span_start : end]
 
 
 def _quarantineview(row: QuarantinedItemRow, attempt_number: int) -> QuarantineView:

@@ -309,6 +309,24 @@ class QuarantineDetail(QuarantineView):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ReviewedItem:
+    """A reviewed (approved or rejected) quarantined item, as a dataset line needs it.
+
+    ``raw_span`` is the item's span of its attempt's raw output, None when the attempt
+    stored no output, the item has no span, or the stored output was clipped before the
+    span's end (the ``snippet`` of ``item`` is then what there is). ``definition_version``
+    names the stored version of the definition its run used (None: not kept).
+    ``decision`` is the audit row that decided it (the last approve, reject or bulk
+    reject); None only for an item decided without one.
+    """
+
+    item: QuarantineView
+    raw_span: str | None
+    definition_version: str | None
+    decision: QuarantineReviewView | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ApprovalView:
     """What an approval changed: the item's place in the report, and the report and its run
     after it (``run``: the run's summary as ``list_runs`` now shows it; ``status``,
