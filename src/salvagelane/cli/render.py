@@ -450,4 +450,8 @@ def captured_fixture(captured: CapturedFixture) -> str:
             f"expected     {line(str(expected.status))}: {len(expected.items)} item(s) kept, "
             f"{len(expected.quarantined)} quarantined ({reasons})"
         )
+    if captured.corrections:
+        lines.append(
+            f"corrections  {captured.corrections} approved by an operator (corrections.json)"
+        )
     return "\n".join(lines)

@@ -23,6 +23,7 @@ from salvagelane.errors import (
     InputError,
 )
 from salvagelane.fixtures.format import (
+    CORRECTIONS_FILE,
     DEFINITION_FILE,
     EXPECTED_FILE,
     META_FILE,
@@ -35,6 +36,7 @@ from salvagelane.fixtures.format import (
     write_fixture,
 )
 from salvagelane.logs import MIN_SECRET_LENGTH, secret_field_name
+from salvagelane.review.dataset import approved_corrections, corrections_document
 from salvagelane.vocabulary import ItemOrigin, ReviewStatus
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is only needed to capture
@@ -56,6 +58,8 @@ class CapturedFixture:
     definition: str | None = None
     """The version of the definition written to ``definition.json``; None when the run's
     was not kept (stored before salvagelane kept definitions)."""
+    corrections: int = 0
+    """How many approved corrections ``corrections.json`` records (0: none written)."""
 
 
 def capture_run(
@@ -75,7 +79,9 @@ def capture_run(
     items and that attempt's quarantine), so a replay checks today's definition against
     what really happened; it is left out for an attempt without a stored report.
     ``definition.json`` is the definition the run was made with, as stored (left out for
-    a run stored before definitions were kept). Refuses a non-empty ``to`` unless
+    a run stored before definitions were kept). ``corrections.json`` records the
+    operators' approved corrections of the attempt's quarantined items, when there are
+    any. Refuses a non-empty ``to`` unless
     ``force``, a run whose stored instruction is not an instruction id, and to write any
     value of a secret environment variable (``*_API_KEY``, ``*_TOKEN``...).
     """
@@ -121,6 +127,9 @@ def capture_run(
     version = _stored_definition(store, detail.id, instruction_id)
     if version is not None:
         files[DEFINITION_FILE] = json_text(version)
+    corrections = approved_corrections(store, detail, chosen.id)
+    if corrections:
+        files[CORRECTIONS_FILE] = json_text(corrections_document(corrections))
     _refuse_secrets(files)
     write_fixture(to, files, force=force)
     return CapturedFixture(
@@ -130,6 +139,7 @@ def capture_run(
         meta=meta,
         expected=expected,
         definition=None if version is None else str(version["sha256"]),
+        corrections=len(corrections),
     )
 
 

@@ -14,17 +14,19 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
 from salvagelane.errors import InputError, InternalError
 from salvagelane.policy_files import load_json_file
-from salvagelane.store import QuarantineFilter, ReviewedItem, Store
-from salvagelane.vocabulary import ReviewStatus
+from salvagelane.vocabulary import ReviewAction, ReviewStatus
+
+if TYPE_CHECKING:  # the store (SQLAlchemy) is loaded by the caller that has one
+    from salvagelane.store import QuarantineFilter, ReviewedItem, RunDetail, Store
 
 EXPORT_FORMAT = 1
 """The ``format`` of a line; a change that is not backward compatible gets a new one."""
@@ -67,6 +69,31 @@ def export_lines(
         if len(page) < PAGE:
             return
         after = page[-1].item.id
+
+
+def approved_corrections(store: Store, run: RunDetail, attempt_id: str) -> list[dict[str, Any]]:
+    """The export lines of the approved items of attempt ``attempt_id`` of ``run``, by id:
+    what a fixture captured after an approval records of the operator's fix."""
+    from salvagelane.store import ReviewedItem
+    lines = []
+    for held in sorted(run.quarantined, key=lambda held: held.id):
+        if held.attempt_id != attempt_id or held.review_status != ReviewStatus.APPROVED:
+            continue
+        detail = store.quarantine.get_quarantine(held.id)
+        approvals = [r for r in detail.reviews if r.action == ReviewAction.APPROVE]
+        reviewed = ReviewedItem(
+            item=detail,
+            raw_span=detail.raw_span,
+            definition_version=run.definition_version,
+            decision=approvals[-1] if approvals else None,
+        )
+        lines.append(export_line(reviewed))
+    return lines
+
+
+def corrections_document(lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``corrections.json`` of a fixture: its ``format`` and the export lines."""
+    return {"format": EXPORT_FORMAT, "corrections": list(lines)}
 
 
 def export_line(reviewed: ReviewedItem) -> dict[str, Any]:
