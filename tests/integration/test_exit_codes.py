@@ -839,6 +839,41 @@ ROWS: list[Row] = [
         changes=True,
     ),
     row("quarantine export, unknown", "quarantine export 999 --to exported", code=2, err="999"),
+    row("quarantine export, no --to", "quarantine export {item}", code=2, err="--to DIR"),
+    # The stored run's item is pending: no reviewed item, no line.
+    row(
+        "quarantine export --format jsonl",
+        "quarantine export --format jsonl --status approved",
+        code=0,
+        err="exported 0 approved item(s) to stdout",
+    ),
+    row(
+        "quarantine export --format jsonl --output",
+        "quarantine export --format jsonl --output dataset.jsonl",
+        code=0,
+        err="exported 0 approved or rejected item(s) to dataset.jsonl",
+        changes=True,
+    ),
+    row(
+        "quarantine export --format jsonl, a status not reviewed",
+        "quarantine export --format jsonl --status pending",
+        code=2,
+        err="--status",
+    ),
+    row(
+        "quarantine export --format jsonl with an ID",
+        "quarantine export --format jsonl {item}",
+        code=2,
+        err="takes no ID",
+    ),
+    row(
+        "quarantine export --format jsonl on a missing SQLite file",
+        "quarantine export --format jsonl",
+        code=2,
+        err="no database at {data}/salvagelane.db",
+        **MISSING,
+        **SQLITE,
+    ),
     row(
         "quarantine approve",
         "quarantine approve {item} --file good-item.json",

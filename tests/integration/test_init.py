@@ -26,6 +26,7 @@ EXAMPLE = [
     "schemas/daily-triage-item.schema.json",
     "schemas/daily-triage-report.schema.json",
     "schemas/instruction.schema.json",
+    "schemas/quarantine-export.schema.json",
 ]
 
 
@@ -50,7 +51,7 @@ def test_init_writes_the_example_from_the_checkout(tmp_path: Path) -> None:
         ROOT / "tests/fixtures/daily-triage-truncated/raw.txt"
     ).read_bytes()
     assert done.stdout.splitlines() == [
-        "wrote 11 files in demo:",
+        "wrote 12 files in demo:",
         *(f"  {path}" for path in EXAMPLE),
         "next: cd demo && salvagelane run daily-triage --replay fixtures/daily-triage-truncated",
         f"then: {THEN}",
@@ -89,7 +90,7 @@ def test_init_into_the_current_directory(tmp_path: Path) -> None:
     done = _init(tmp_path)
     assert done.returncode == 0, done.stderr
     assert _files(tmp_path) == EXAMPLE
-    assert done.stdout.splitlines()[0] == f"wrote 11 files in {tmp_path.resolve()}:"
+    assert done.stdout.splitlines()[0] == f"wrote 12 files in {tmp_path.resolve()}:"
     assert done.stdout.splitlines()[-2:] == [
         "next: salvagelane run daily-triage --replay fixtures/daily-triage-truncated",
         f"then: {THEN}",
