@@ -13,6 +13,7 @@ schema one stays pending and must never be exported.
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -274,3 +275,39 @@ def test_export_refuses_options_that_do_not_go_together(
     assert proc.returncode == 2
     assert message in proc.stderr
     assert not (tmp_path / "none.db").exists()
+
+
+def _kind(field: dict[str, Any]) -> str:
+    if "const" in field:
+        return f"`{json.dumps(field['const'])}`"
+    if "enum" in field:
+        return " \\| ".join(f"`{json.dumps(value)}`" for value in field["enum"])
+    if "oneOf" in field:
+        return "object \\| null"
+    kind = field.get("type")
+    if kind is None:
+        return "any JSON"
+    return " \\| ".join(kind) if isinstance(kind, list) else str(kind)
+
+
+def _table(fields: dict[str, Any]) -> str:
+    rows = ["| field | type | meaning |", "| --- | --- | --- |"]
+    for name, field in fields.items():
+        meaning = field["description"].replace("|", "\\|")
+        rows.append(f"| `{name}` | {_kind(field)} | {meaning} |")
+    return "\n".join(rows)
+
+
+def test_the_schema_is_documented_and_shipped() -> None:
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    assert SCHEMA["additionalProperties"] is False
+    assert SCHEMA["required"] == list(SCHEMA["properties"])  # every field, always
+    page = (ROOT / "docs" / "reference" / "quarantine-export.md").read_text("utf-8")
+    # The page's tables are the schema's descriptions: a field changed in one only fails.
+    assert _table(SCHEMA["properties"]) in page
+    assert _table(SCHEMA["properties"]["correction_signal"]["properties"]) in page
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    include = project["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    assert include["schemas/quarantine-export.schema.json"] == (
+        "salvagelane/quarantine-export.schema.json"
+    )
