@@ -258,6 +258,32 @@ def test_a_fixture_captured_after_an_approval_records_the_fix_and_replays(
     assert "1 fixture(s): 1 same" in _ok("replay", str(fixture), database=database)
 
 
+def test_an_output_stored_clipped_exports_its_snippet(database_url: str, tmp_path: Path) -> None:
+    """An output over max_output_bytes is quarantined whole (oversize) and stored clipped:
+    its span is not all there, so the line carries the snippet and says so."""
+    database = upgraded(database_url)
+    big = tmp_path / "big"
+    big.mkdir()
+    item = dict(EIGHTH, why="y" * 1000)
+    document = {"summary": "s", "recommendations": [item] * 300}
+    (big / "raw.txt").write_text(json.dumps(document), encoding="utf-8")
+    (big / "meta.json").write_text(json.dumps({"finish_reason": "stop"}), encoding="utf-8")
+    proc = salvagelane("run", "daily-triage", "--replay", str(big), database=database)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # nothing usable
+    (held,) = json.loads(_ok("quarantine", "list", "--json", database=database))
+    _ok("quarantine", "reject", str(held["id"]), "--note", "too big", database=database)
+
+    (line,) = _lines(_ok("quarantine", "export", "--format", "jsonl", database=database))
+
+    assert (line["reason"], line["source_index"], line["decision"]) == (
+        "oversize",
+        None,
+        "rejected",
+    )
+    assert line["span_end"] > 262144  # past what was stored
+    assert (line["raw_from"], line["raw_text"]) == ("snippet", held["snippet"])
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -68,6 +68,9 @@ def capture_command(
     the run stored) and definition.json (the definition the run was made with, with the
     schemas, allow-lists and context files it names). Replay it with: salvagelane
     replay DIR.
+
+    Once an operator approved a quarantined item of the attempt, corrections.json
+    records the fix (lines of `salvagelane quarantine export --format jsonl`).
     """
     from salvagelane.review.capture import capture_run
 

@@ -75,6 +75,7 @@ def approved_corrections(store: Store, run: RunDetail, attempt_id: str) -> list[
     """The export lines of the approved items of attempt ``attempt_id`` of ``run``, by id:
     what a fixture captured after an approval records of the operator's fix."""
     from salvagelane.store import ReviewedItem
+
     lines = []
     for held in sorted(run.quarantined, key=lambda held: held.id):
         if held.attempt_id != attempt_id or held.review_status != ReviewStatus.APPROVED:
