@@ -17,16 +17,30 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jsonschema
 import pytest
 import sqlalchemy as sa
 
 from salvagelane.errors import InternalError
-from salvagelane.review.dataset import export_line
+from salvagelane.review.approval import reject_quarantined
+from salvagelane.review.dataset import export_line, export_lines
+from salvagelane.runtime.executor import Executor
 from salvagelane.store import QuarantineFilter, Store
 from salvagelane.vocabulary import ReviewStatus
 from tests.support.cli import EIGHTH, FIXTURE, ROOT, upgraded
 from tests.support.cli import salvagelane_here as salvagelane
+from tests.support.provider import ScriptedServer
+from tests.support.run_setup import (
+    Project,
+    chat_answer,
+    items,
+    openai_connector_for,
+    provider,
+    store,
+)
+
+__all__ = ["provider", "store"]
 
 SCHEMA = json.loads((ROOT / "schemas" / "quarantine-export.schema.json").read_text("utf-8"))
 VALIDATOR = jsonschema.Draft202012Validator(
@@ -132,6 +146,7 @@ def test_jsonl_export_is_one_valid_line_per_reviewed_item(
             "message": "truncated at $: expected a complete item, received output that "
             f"ends inside the item (cut at offset {len(RAW)})",
         },
+        "reask": None,
         "repaired_candidate": line["repaired_candidate"],
         "corrected_item": EIGHTH,
         "approved_with": {
@@ -282,6 +297,43 @@ def test_an_output_stored_clipped_exports_its_snippet(database_url: str, tmp_pat
     )
     assert line["span_end"] > 262144  # past what was stored
     assert (line["raw_from"], line["raw_text"]) == ("snippet", held["snippet"])
+
+
+def test_an_item_still_rejected_after_a_re_ask_carries_both_signals(
+    store: Store, provider: ScriptedServer, tmp_path: Path
+) -> None:
+    """retry.on: [quarantined] asked again for the 7th item and got it broken again: the
+    line has the item's own signal and, under ``reask``, the follow-up's."""
+    recommendations = items(7)
+    good = dict(recommendations[6])
+    recommendations[6] = dict(good, action="panic")
+    answers = [recommendations, [dict(good, confidence=7)]]
+    provider.script.extend(
+        chat_answer(json.dumps({"summary": "Seven things.", "recommendations": answer}))
+        for answer in answers
+    )
+    project = Project.create(tmp_path)
+    instruction = project.instruction(
+        **{
+            "on: [nothing_salvaged]": "on: [nothing_salvaged, quarantined]",
+            "attempts: 2": "attempts: 3",
+        }
+    )
+    with httpx.Client() as client:
+        connector_for = openai_connector_for(
+            client, provider.base_url, key="sk-dataset-test-never-stored", max_attempts=1
+        )
+        Executor(store, connector_for=connector_for).run(instruction)
+    (held,) = store.quarantine.list_quarantine()
+    reject_quarantined(store, held.id, actor="carol", note="broken twice", now=held.created_at)
+
+    (text,) = export_lines(store, QuarantineFilter(), [ReviewStatus.REJECTED])
+
+    (line,) = _lines(text + "\n")
+    assert (line["source_index"], line["correction_signal"]["path"]) == (6, "$.action")
+    assert line["reask"]["attempt"] == 2
+    (signal,) = line["reask"]["signals"]
+    assert (signal["reason"], signal["path"]) == ("schema", "$.confidence")
 
 
 @pytest.mark.parametrize(

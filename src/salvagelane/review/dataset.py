@@ -135,6 +135,7 @@ def export_line(reviewed: ReviewedItem) -> dict[str, Any]:
         "correction_signal": {
             key: str(item.error[key]) for key in _SIGNAL_KEYS if item.error.get(key) is not None
         },
+        "reask": _reask(item.error.get("reask")),
         "repaired_candidate": item.repaired,
         "corrected_item": after.get("item") if approved else None,
         "approved_with": (
@@ -156,6 +157,25 @@ def export_line(reviewed: ReviewedItem) -> dict[str, Any]:
     }
     _validate(line)
     return line
+
+
+def _reask(stored: Any) -> dict[str, Any] | None:
+    """The follow-up's signals stored beside the item's own (``error.reask``), or None."""
+    if not isinstance(stored, Mapping):
+        return None
+    signals = stored.get("signals")
+    return {
+        "attempt": stored.get("attempt"),
+        "signals": [
+            {
+                key: str(signal[key])
+                for key in ("reason", *_SIGNAL_KEYS)
+                if signal.get(key) is not None
+            }
+            for signal in (signals if isinstance(signals, list) else [])
+            if isinstance(signal, Mapping)
+        ],
+    }
 
 
 def _validate(line: Mapping[str, Any]) -> None:
