@@ -45,7 +45,13 @@ from salvagelane.store.models import (
     ReportRow,
     RunRow,
 )
-from salvagelane.vocabulary import ItemOrigin, OutputCut, ReviewStatus, RunStatus
+from salvagelane.vocabulary import (
+    FINAL_RUN_STATUSES,
+    ItemOrigin,
+    OutputCut,
+    ReviewStatus,
+    RunStatus,
+)
 
 HELD_BACK = (ReviewStatus.PENDING, ReviewStatus.REJECTED)
 """Review states of a quarantined item of the chosen attempt that keep it out of the report."""
@@ -141,6 +147,11 @@ def figures_of(session: Session, runs: Sequence[RunRow]) -> dict[str, RunFigures
     for run in runs:
         calls = attempts.get(run.id, [])
         report = reports.get(run.id)
+        if report is not None and run.status not in FINAL_RUN_STATUSES:
+            # The run row was read before the transaction that wrote its report and ended
+            # it committed (each statement sees the newest commit on PostgreSQL): it is
+            # still running for this read, whatever the report says.
+            report = None
         if report is None:
             last = calls[-1] if calls else None
             figures[run.id] = RunFigures(
