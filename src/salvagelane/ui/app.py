@@ -9,7 +9,6 @@ and the command line cannot disagree. Access rules: :mod:`salvagelane.ui.securit
 
 from __future__ import annotations
 
-import hmac
 import io
 import json
 from collections.abc import Awaitable, Callable, Mapping
@@ -122,7 +121,13 @@ class Page:
         self.settings = settings
         self.env = env
         self.request = request
-        self.can_change = settings.access.holds_token(request)
+        self.signed = settings.access.signed(request)
+        self.can_change = self.signed is not None
+
+    @property
+    def reviewer(self) -> str | None:
+        """The named reviewer signed in (``--reviewers``), whose name every change takes."""
+        return None if self.signed is None else self.signed.reviewer
 
     @property
     def store(self) -> Store:
@@ -130,10 +135,11 @@ class Page:
 
     def render(self, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         html = self.env.get_template(template).render(
-            csrf=self.settings.access.csrf() if self.can_change else "",
+            csrf=self.signed.csrf if self.signed is not None else "",
             can_change=self.can_change,
             csrf_field=CSRF_FIELD,
-            actor=self.settings.actor,
+            actor=self.reviewer or self.settings.actor,
+            named=self.reviewer is not None,
             reasons=[r.value for r in Reason],
             statuses=[s.value for s in ReviewStatus],
             **context,
@@ -228,12 +234,12 @@ def _unread(response: Response) -> Response:
 def _sign_in(request: Request, access: Access, given: str) -> Response:
     """``?token=...``: set the cookie and go to the same page without the token in the
     address bar (nor in its history)."""
-    if not hmac.compare_digest(given.encode(), access.token.encode()):
+    if access.signed_with(given) is None:
         return Response("wrong token", status_code=403, media_type="text/plain")
     rest = [(k, v) for k, v in request.query_params.multi_items() if k != TOKEN_PARAMETER]
     target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(COOKIE, access.token, httponly=True, samesite="strict", path="/")
+    response.set_cookie(COOKIE, given, httponly=True, samesite="strict", path="/")
     return response
 
 
@@ -354,8 +360,20 @@ async def queue_page(request: Request, page: Page) -> Response:
         }
 
     data = await run_in_threadpool(read)
+    done = request.query_params.get("done")
+    rejected = request.query_params.get("rejected") or ""
+    pending_left = None
+    if done is not None:
+        pending_left = (await run_in_threadpool(left_in, store, where))[0]
     return page.render(
         "queue.html",
+        done=done,
+        done_of=_done_of(request),
+        pending_left=pending_left,
+        bulk_rejected=int(rejected)
+        if rejected.isascii() and rejected.isdigit() and len(rejected) < 19
+        else None,
+        described=views.describe_filter(where.instruction_id, where.reason, where.since),
         where=where,
         page=number,
         query=query_of(where),
@@ -373,11 +391,16 @@ async def item_page(request: Request, page: Page, **extra: Any) -> Response:
     where = filter_of(request.query_params)
     store = page.store
 
-    def read() -> tuple[QuarantineDetail, tuple[int | None, int | None]]:
-        detail = store.quarantine.get_quarantine(item_id, context_chars=RAW_CONTEXT)
-        return detail, store.quarantine.neighbours(where, item_id)
+    editing = page.can_change
 
-    detail, (newer, older) = await run_in_threadpool(read)
+    def read() -> tuple[QuarantineDetail, tuple[int | None, int | None], tuple[int, int]]:
+        detail = store.quarantine.get_quarantine(item_id, context_chars=RAW_CONTEXT)
+        return detail, store.quarantine.neighbours(where, item_id), left_in(store, where)
+
+    detail, (newer, older), (left, of_total) = await run_in_threadpool(read)
+    schema: tuple[list[views.FieldHint] | None, str | None] = (None, None)
+    if editing and detail.review_status == ReviewStatus.PENDING:
+        schema = await run_in_threadpool(item_schema_fields, store, detail)
     lines = None
     shown_from = 0
     if detail.raw_span is not None:
@@ -400,9 +423,39 @@ async def item_page(request: Request, page: Page, **extra: Any) -> Response:
         newer=newer,
         older=older,
         done=request.query_params.get("done"),
+        done_of=_done_of(request),
+        left=left,
+        of_total=of_total,
+        schema_fields=schema[0],
+        schema_note=schema[1],
         refusal=extra.pop("refusal", None),
         **extra,
     )
+
+
+def _done_of(request: Request) -> int | None:
+    """The id of the item an approval or a rejection was about (``of=``), if a number."""
+    text = request.query_params.get("of") or ""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 19 else None
+
+
+def item_schema_fields(
+    store: Store, detail: QuarantineDetail
+) -> tuple[list[views.FieldHint] | None, str | None]:
+    """The item schema's fields for the correction editor, from the definition the
+    item's run was made with as the store kept it (what an approval checks against by
+    default); or None and why not."""
+    from salvagelane.definitions.loading import load_stored
+    from salvagelane.review.run_definitions import snapshot_of
+
+    record = store.get_definition(detail.run_id)
+    if record is None:
+        return None, "the run was stored before salvagelane kept definitions: no item schema"
+    try:
+        instruction = load_stored(snapshot_of(record, where=f"run {detail.run_id[:8]}"))
+    except SalvagelaneError as exc:
+        return None, f"the run's stored definition cannot be loaded: {line(str(exc))}"
+    return views.schema_fields(instruction.output.item_schema.schema), None
 
 
 async def run_page(request: Request, page: Page) -> Response:
@@ -468,6 +521,10 @@ def _form(request: Request) -> FormData:
 
 
 def _reviewer(page: Page, form: FormData) -> str:
+    """The actor of a change: the named reviewer signed in (no other name then), else
+    the form's reviewer name, else ``--by`` (the login name)."""
+    if page.reviewer is not None:
+        return page.reviewer
     return (_field(form, "by") or "").strip() or page.settings.actor
 
 
@@ -504,7 +561,7 @@ async def approve(request: Request, page: Page) -> Response:
         return await item_page(request, page, corrected=corrected, problem=str(exc), status=422)
     if isinstance(verdict, Refused):
         return await item_page(request, page, corrected=corrected, refusal=verdict, status=422)
-    return _back_to_item(item_id, form, "approved")
+    return await _to_next_pending(page, item_id, form, "approved")
 
 
 async def reject(request: Request, page: Page) -> Response:
@@ -521,7 +578,7 @@ async def reject(request: Request, page: Page) -> Response:
             store, item_id, actor=_reviewer(page, form), note=note, now=clock()
         )
     )
-    return _back_to_item(item_id, form, "rejected")
+    return await _to_next_pending(page, item_id, form, "rejected")
 
 
 async def capture(request: Request, page: Page) -> Response:
@@ -590,7 +647,8 @@ async def reject_all(request: Request, page: Page) -> Response:
         )
     except ReviewStateError as exc:
         return await ask(status_for(exc), changed=str(exc))
-    return RedirectResponse(f"/?{query_of(where, done=f'rejected {len(rejected)}')}", 303)
+    # The queue says what was done, with the filter (the banner of queue.html).
+    return RedirectResponse(f"/?{query_of(where, rejected=len(rejected))}", 303)
 
 
 def _confirmed(values: Mapping[str, str]) -> BulkSelection | None:
@@ -604,6 +662,40 @@ def _confirmed(values: Mapping[str, str]) -> BulkSelection | None:
     if len(count) > 19 or len(through) > 19:
         raise PageError(400, "bulk reject: the confirmation's count or highest id is too large")
     return BulkSelection(through_id=int(through), count=int(count), digest=digest)
+
+
+async def _to_next_pending(page: Page, item_id: int, form: FormData, done: str) -> Response:
+    """After an approval or a rejection: the next pending item of the same filter (the
+    next older one, else the newest left), saying what was done to ``item_id``; the
+    queue, saying it is empty, when none is left."""
+    values = {k: v for k, v in form.items() if isinstance(v, str)}
+    where = filter_of(values)
+    store = page.store
+    following = await run_in_threadpool(next_pending, store, where, item_id)
+    query = query_of(where, done=done, of=item_id)
+    if following is None:
+        return RedirectResponse(f"/?{query}", status_code=303)
+    return RedirectResponse(f"/items/{following}?{query}", status_code=303)
+
+
+def next_pending(store: Store, where: QuarantineFilter, item_id: int) -> int | None:
+    """The pending item of ``where`` (its status ignored) to review after ``item_id``:
+    the next older one, else the newest; None when none is pending."""
+    pending = replace(where, review_status=ReviewStatus.PENDING, limit=None, offset=0)
+    _, older = store.quarantine.neighbours(pending, item_id)
+    if older is not None:
+        return older
+    newest = store.quarantine.list_quarantine(replace(pending, limit=1))
+    return newest[0].id if newest else None
+
+
+def left_in(store: Store, where: QuarantineFilter) -> tuple[int, int]:
+    """How many items of ``where`` (its status ignored) are pending, of how many in the
+    lane (every status but superseded): "3 of 12 left"."""
+    every = replace(where, review_status=None, limit=None, offset=0)
+    pending = replace(every, review_status=ReviewStatus.PENDING)
+    counted = [sum(store.quarantine.count_by_reason(w).values()) for w in (pending, every)]
+    return counted[0], counted[1]
 
 
 def _back_to_item(item_id: int, form: FormData, done: str) -> Response:

@@ -4,6 +4,9 @@ headers every response carries (docs/adr/0012-review-page.md).
 - Every request that changes data needs the access token (a cookie set when the URL
   printed at start, ``/?token=...``, is opened) *and* the CSRF token of the page it was
   sent from (a form field: an HMAC of the access token, so another site cannot forge it).
+- With named reviewers (``--reviewers FILE``, :mod:`salvagelane.ui.reviewers`) each
+  reviewer signs in with their own token, and their name is the actor of every change
+  they make; their CSRF token is an HMAC of their token's digest.
 - Read-only pages need the token too, unless the server is bound to a loopback address.
 - On a loopback address only loopback ``Host`` headers are answered, so a web page
   elsewhere cannot reach the server through DNS rebinding.
@@ -21,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
+
+from salvagelane.ui.reviewers import Reviewer, token_digest
 
 COOKIE = "salvagelane_ui"
 CSRF_FIELD = "csrf"
@@ -50,31 +55,65 @@ def is_loopback(host: str) -> bool:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Access:
-    """The server's access rules: its token and whether it listens on loopback only."""
+class Signed:
+    """Who a request signed in as: ``reviewer`` (a named reviewer's name, the actor of
+    every change they make) or None for the server's one shared token; ``csrf``: the
+    CSRF token of the forms rendered for them."""
 
-    token: str
+    reviewer: str | None
+    csrf: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Access:
+    """The server's access rules: its token, or the named reviewers and their tokens'
+    digests (``--reviewers``: then only their tokens sign in), and whether it listens on
+    loopback only."""
+
+    token: str = ""
     loopback: bool
+    reviewers: tuple[Reviewer, ...] = ()
 
     def csrf(self) -> str:
         """The CSRF token forms carry: derived from the access token, never equal to it."""
-        return hmac.new(self.token.encode(), b"salvagelane-ui-csrf", hashlib.sha256).hexdigest()
+        return _csrf_of(self.token.encode())
+
+    def signed(self, request: Request) -> Signed | None:
+        """Who ``request`` signed in as (cookie or ``Authorization: Bearer``), or None."""
+        return self.signed_with(request.cookies.get(COOKIE) or _bearer(request) or "")
+
+    def signed_with(self, given: str) -> Signed | None:
+        """Who the token ``given`` signs in, or None. With reviewers every digest is
+        compared, in constant time, whichever matches."""
+        if not given:
+            return None
+        if not self.reviewers:
+            if self.token and hmac.compare_digest(given.encode(), self.token.encode()):
+                return Signed(reviewer=None, csrf=self.csrf())
+            return None
+        digest = token_digest(given)
+        found: Reviewer | None = None
+        for reviewer in self.reviewers:
+            if hmac.compare_digest(digest, reviewer.digest):
+                found = reviewer
+        if found is None:
+            return None
+        return Signed(reviewer=found.name, csrf=_csrf_of(found.digest))
 
     def holds_token(self, request: Request) -> bool:
-        """Whether ``request`` carries the access token (cookie or ``Authorization:
-        Bearer``)."""
-        given = request.cookies.get(COOKIE) or _bearer(request) or ""
-        return hmac.compare_digest(given.encode(), self.token.encode())
+        """Whether ``request`` carries a token that signs in."""
+        return self.signed(request) is not None
 
     def may_read(self, request: Request) -> bool:
         return self.loopback or self.holds_token(request)
 
     def may_change(self, request: Request, form_csrf: str | None) -> bool:
-        """The token, and the CSRF token of a page this server rendered."""
-        if not self.holds_token(request):
+        """A token, and the CSRF token of a page this server rendered for its holder."""
+        signed = self.signed(request)
+        if signed is None:
             return False
         return form_csrf is not None and hmac.compare_digest(
-            form_csrf.encode(), self.csrf().encode()
+            form_csrf.encode(), signed.csrf.encode()
         )
 
     def host_allowed(self, host_header: str | None) -> bool:
@@ -87,6 +126,10 @@ class Access:
         if host.startswith("[") and "]" in host:
             host = host[1 : host.index("]")]
         return is_loopback(host)
+
+
+def _csrf_of(key: bytes) -> str:
+    return hmac.new(key, b"salvagelane-ui-csrf", hashlib.sha256).hexdigest()
 
 
 def _bearer(request: Request) -> str | None:

@@ -139,3 +139,104 @@ def when(moment: datetime | None) -> str:
 
 def percent(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f}%"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FieldHint:
+    """One field of an item schema, for the correction editor: its ``path`` (``wsjf.score``,
+    ``tags[]``), whether it is required, its type, its allowed values (JSON) and bounds."""
+
+    path: str
+    required: bool
+    kind: str
+    enum: tuple[str, ...]
+    bounds: str
+
+
+MAX_HINTS = 200
+"""The most fields the editor lists (a larger schema is cut, saying so)."""
+_HINT_DEPTH = 6
+
+
+def schema_fields(schema: Mapping[str, Any]) -> list[FieldHint]:
+    """The fields of an item schema as the correction editor lists them: each property
+    (nested objects' and array items' too, local ``$ref`` followed), required or not,
+    with its type, enum and bounds. Only a guide: the guardrails decide."""
+    hints: list[FieldHint] = []
+
+    def resolve(node: Any, depth: int) -> Any:
+        while isinstance(node, Mapping) and isinstance(node.get("$ref"), str) and depth:
+            ref = str(node["$ref"])
+            if not ref.startswith("#/"):
+                return node
+            target: Any = schema
+            for part in ref[2:].split("/"):
+                part = part.replace("~1", "/").replace("~0", "~")
+                target = target.get(part) if isinstance(target, Mapping) else None
+            node, depth = target, depth - 1
+        return node
+
+    def walk(node: Any, prefix: str, depth: int) -> None:
+        node = resolve(node, _HINT_DEPTH)
+        if not isinstance(node, Mapping) or depth > _HINT_DEPTH:
+            return
+        properties = node.get("properties")
+        required = node.get("required")
+        needed = {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
+        if isinstance(properties, Mapping):
+            for name, sub in properties.items():
+                if len(hints) >= MAX_HINTS:
+                    return
+                path = f"{prefix}.{name}" if prefix else str(name)
+                hints.append(_hint(path, name in needed, resolve(sub, _HINT_DEPTH)))
+                walk(sub, path, depth + 1)
+        items = node.get("items")
+        if isinstance(items, Mapping) and prefix:
+            walk(items, f"{prefix}[]", depth + 1)
+
+    walk(schema, "", 0)
+    return hints
+
+
+def _hint(path: str, required: bool, node: Any) -> FieldHint:
+    if not isinstance(node, Mapping):
+        return FieldHint(path=one_line(path), required=required, kind="any", enum=(), bounds="")
+    kind = node.get("type")
+    kinds = kind if isinstance(kind, list) else [kind] if isinstance(kind, str) else []
+    values: list[Any] = list(node["enum"]) if isinstance(node.get("enum"), list) else []
+    if "const" in node:
+        values = [node["const"]]
+    bounds = []
+    for low, high, what in (
+        ("minimum", "maximum", ""),
+        ("minLength", "maxLength", "length "),
+        ("minItems", "maxItems", "items "),
+    ):
+        lo, hi = node.get(low), node.get(high)
+        if lo is not None and hi is not None:
+            bounds.append(f"{what}{lo} to {hi}")
+        elif lo is not None:
+            bounds.append(f"{what}at least {lo}")
+        elif hi is not None:
+            bounds.append(f"{what}at most {hi}")
+    return FieldHint(
+        path=one_line(path),
+        required=required,
+        kind=" or ".join(str(k) for k in kinds) or ("enum" if values else "any"),
+        enum=tuple(one_line(json.dumps(v, ensure_ascii=False)) for v in values[:50]),
+        bounds=", ".join(bounds),
+    )
+
+
+def describe_filter(
+    instruction_id: str | None, reason: str | None, since: datetime | None
+) -> str:
+    """A queue filter in words, for the bulk reject banner."""
+    parts = []
+    if instruction_id is not None:
+        parts.append(f"instruction {one_line(instruction_id)}")
+    if reason is not None:
+        parts.append(f"reason {one_line(reason)}")
+    if since is not None:
+        parts.append(f"since {when(since)} UTC")
+    return ", ".join(parts) if parts else "every pending item (no filter)"
