@@ -122,12 +122,14 @@ def test_review_in_a_browser(watched: Watched, server: RunningUi, reviewed: Revi
     assert watched.alerts() == []
     assert watched.dialogs == []
 
-    # Reject it with a note: the status changes in the database and the audit trail.
+    # Reject it with a note: the status changes in the database and the audit trail;
+    # it was the filter's only pending item, so the page is back at an empty queue.
     watched.keys_ready()
     page.keyboard.press("r")
     page.keyboard.type("spam from a test")
     page.click("#reject")
-    page.wait_for_selector("#done")
+    page.wait_for_selector("#queue-empty")
+    page.goto(f"{server.base}/items/{reviewed.hostile_item}")
     assert page.inner_text("#review-status") == "rejected"
     assert "spam from a test" in page.inner_text("#audit")
     with Store.open(reviewed.url) as store:
@@ -142,7 +144,8 @@ def test_review_in_a_browser(watched: Watched, server: RunningUi, reviewed: Revi
     page.keyboard.press("a")
     page.fill("#corrected", json.dumps(reviewed.fixed_item, indent=2))
     page.click("#approve")
-    page.wait_for_selector("#done")
+    page.wait_for_selector("#queue-empty")
+    page.goto(f"{server.base}/items/{reviewed.schema_item}")
     assert page.inner_text("#review-status") == "approved"
     page.click("#run-link")
     assert page.inner_text("#run-status") == "ok"

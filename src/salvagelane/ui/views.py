@@ -147,6 +147,7 @@ class FieldHint:
     ``tags[]``), whether it is required, its type, its allowed values (JSON) and bounds."""
 
     path: str
+    depth: int
     required: bool
     kind: str
     enum: tuple[str, ...]
@@ -182,13 +183,13 @@ def schema_fields(schema: Mapping[str, Any]) -> list[FieldHint]:
             return
         properties = node.get("properties")
         required = node.get("required")
-        needed = {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
+        needed = {r for r in required if isinstance(r, str)} if isinstance(required, list) else ()
         if isinstance(properties, Mapping):
             for name, sub in properties.items():
                 if len(hints) >= MAX_HINTS:
                     return
                 path = f"{prefix}.{name}" if prefix else str(name)
-                hints.append(_hint(path, name in needed, resolve(sub, _HINT_DEPTH)))
+                hints.append(_hint(path, depth, name in needed, resolve(sub, _HINT_DEPTH)))
                 walk(sub, path, depth + 1)
         items = node.get("items")
         if isinstance(items, Mapping) and prefix:
@@ -198,9 +199,11 @@ def schema_fields(schema: Mapping[str, Any]) -> list[FieldHint]:
     return hints
 
 
-def _hint(path: str, required: bool, node: Any) -> FieldHint:
+def _hint(path: str, depth: int, required: bool, node: Any) -> FieldHint:
     if not isinstance(node, Mapping):
-        return FieldHint(path=one_line(path), required=required, kind="any", enum=(), bounds="")
+        return FieldHint(
+            path=one_line(path), depth=depth, required=required, kind="any", enum=(), bounds=""
+        )
     kind = node.get("type")
     kinds = kind if isinstance(kind, list) else [kind] if isinstance(kind, str) else []
     values: list[Any] = list(node["enum"]) if isinstance(node.get("enum"), list) else []
@@ -221,6 +224,7 @@ def _hint(path: str, required: bool, node: Any) -> FieldHint:
             bounds.append(f"{what}at most {hi}")
     return FieldHint(
         path=one_line(path),
+        depth=depth,
         required=required,
         kind=" or ".join(str(k) for k in kinds) or ("enum" if values else "any"),
         enum=tuple(one_line(json.dumps(v, ensure_ascii=False)) for v in values[:50]),
@@ -228,9 +232,7 @@ def _hint(path: str, required: bool, node: Any) -> FieldHint:
     )
 
 
-def describe_filter(
-    instruction_id: str | None, reason: str | None, since: datetime | None
-) -> str:
+def describe_filter(instruction_id: str | None, reason: str | None, since: datetime | None) -> str:
     """A queue filter in words, for the bulk reject banner."""
     parts = []
     if instruction_id is not None:
