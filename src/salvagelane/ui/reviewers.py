@@ -100,8 +100,8 @@ def load_reviewers(path: Path) -> tuple[Reviewer, ...]:
         raise ConfigurationError(f"{source}: no such file") from exc
     except OSError as exc:
         raise ConfigurationError(f"{source}: cannot be read: {exc.strerror}") from exc
-    with os.fdopen(fd, "rb") as opened:
-        status = os.fstat(opened.fileno())
+    try:
+        status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
             raise ConfigurationError(f"{source}: expected a regular file")
         if os.name == "posix" and status.st_mode & 0o077:
@@ -109,7 +109,10 @@ def load_reviewers(path: Path) -> tuple[Reviewer, ...]:
                 f"{source}: its group or others may read or write it (mode "
                 f"{stat.S_IMODE(status.st_mode):04o}): it holds tokens; chmod 600 it"
             )
-        data = opened.read(MAX_FILE_BYTES + 1)
+        with os.fdopen(fd, "rb", closefd=False) as opened:
+            data = opened.read(MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
     if len(data) > MAX_FILE_BYTES:
         raise ConfigurationError(f"{source}: larger than {MAX_FILE_BYTES} bytes")
     try:
