@@ -92,6 +92,10 @@ def make_project(root: Path, database: str, backend: str) -> Project:
     (root / "no-definitions").mkdir()
     (root / "good-item.json").write_text(json.dumps(EIGHTH), encoding="utf-8")
     (root / "bad-item.json").write_text(json.dumps({**EIGHTH, "action": "panic"}), encoding="utf-8")
+    reviewers = "alice:alice-token-0123456789abcdef\nbob:bob-token-0123456789abcdef\n"
+    for name, mode in (("reviewers.txt", 0o600), ("reviewers-open.txt", 0o644)):
+        (root / name).write_text(reviewers, encoding="utf-8")
+        (root / name).chmod(mode)
     return Project(root=root, database=database, backend=backend)
 
 
@@ -954,6 +958,28 @@ ROWS: list[Row] = [
         code=0,
         out="open http://127.0.0.1:",
         runner=run_ui_until_started,
+    ),
+    row(
+        "ui with named reviewers",
+        "ui --port 0 --instructions instructions --reviewers reviewers.txt",
+        code=0,
+        out="reviewers: alice, bob (from reviewers.txt)\nopen http://127.0.0.1:",
+        runner=run_ui_until_started,
+    ),
+    row(
+        "ui, a reviewers file its group or others may read",
+        "ui --reviewers reviewers-open.txt",
+        code=2,
+        err="(mode 0644): it holds tokens; chmod 600 it",
+        **NO_DB,
+    ),
+    row("ui, no reviewers file", "ui --reviewers nope.txt", code=2, err="no such file", **NO_DB),
+    row(
+        "ui, --by with --reviewers",
+        "ui --reviewers reviewers.txt --by carol",
+        code=2,
+        err="--by and --reviewers",
+        **NO_DB,
     ),
     # --- serve
     row(
