@@ -350,7 +350,19 @@
     }
     const editor = document.getElementById("corrected");
     if (editor && editor.hasAttribute("data-json-check")) {
-      editor.addEventListener("input", () => checkEditor(editor));
+      // A large item (up to the 8 MiB an approval takes) is checked once typing pauses.
+      let pending = null;
+      editor.addEventListener("input", () => {
+        if (pending !== null) {
+          window.clearTimeout(pending);
+          pending = null;
+        }
+        if (editor.value.length < 200000) {
+          checkEditor(editor);
+        } else {
+          pending = window.setTimeout(() => checkEditor(editor), 250);
+        }
+      });
       checkEditor(editor);
     }
     const button = document.getElementById("keys-button");
