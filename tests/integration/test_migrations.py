@@ -51,7 +51,8 @@ def test_migration_environment_ships_inside_the_package() -> None:
     assert (MIGRATIONS_DIR / "versions" / "0007_item_repairs.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0008_queued_runs.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0009_reasked_items.py").is_file()
-    assert head_revision() == "0009"
+    assert (MIGRATIONS_DIR / "versions" / "0010_evals.py").is_file()
+    assert head_revision() == "0010"
 
 
 def test_the_head_the_code_expects_is_alembic_head() -> None:
@@ -261,7 +262,8 @@ def test_fire_claims_migrate_a_database_that_has_runs(database_url: str) -> None
     downgrade(database_url, "0001")
     assert current_revision(database_url) == "0001"
     assert _table_names(database_url) == (
-        set(Base.metadata.tables) - {"schedules", "quarantine_reviews", "definition_versions"}
+        set(Base.metadata.tables)
+        - {"schedules", "quarantine_reviews", "definition_versions", "evals", "eval_results"}
         | {"alembic_version"}
     )
 

@@ -54,6 +54,11 @@ COMMANDS: Mapping[str, LazyCommand] = {
         target="salvagelane.cli.db_commands:db_group",
         summary="The database: migrate it, see its revision, import spooled outputs.",
     ),
+    "eval": LazyCommand(
+        target="salvagelane.cli.eval_commands:eval_command",
+        summary="Evaluate a candidate (a definition, a model, a provider) on recorded "
+        "fixtures, side by side with their recorded answers.",
+    ),
     "fixture": LazyCommand(
         target="salvagelane.cli.fixture_commands:fixture_group",
         summary="Regression fixtures: capture a stored run's raw output and its outcome.",

@@ -27,11 +27,13 @@ from salvagelane.fixtures.format import (
     DEFINITION_FILE,
     EXPECTED_FILE,
     META_FILE,
+    PROMPT_FILE,
     RAW_FILE,
     REASK_META_FILE,
     REASK_RAW_FILE,
     FixtureMeta,
     ReaskExchange,
+    RecordedPrompt,
     json_text,
     write_fixture,
 )
@@ -124,6 +126,9 @@ def capture_run(
     if expected is not None:
         files[EXPECTED_FILE] = json_text(expected.to_json())
     files.update(_follow_up_files(detail, chosen))
+    prompt = _recorded_prompt(chosen)
+    if prompt is not None:
+        files[PROMPT_FILE] = json_text(prompt.to_json())
     version = _stored_definition(store, detail.id, instruction_id)
     if version is not None:
         files[DEFINITION_FILE] = json_text(version)
@@ -184,6 +189,16 @@ def _chosen_attempt(detail: RunDetail, number: int | None) -> AttemptView:
             f"({len(detail.attempts)} attempt(s), status {detail.status})"
         )
     return with_raw[-1]
+
+
+def _recorded_prompt(attempt: AttemptView) -> RecordedPrompt | None:
+    """The prompts ``attempt`` was sent, as its stored request kept them (None for a run
+    stored before requests kept their text)."""
+    request = attempt.request if isinstance(attempt.request, Mapping) else {}
+    system, user = request.get("system"), request.get("user")
+    if not isinstance(system, str) or not isinstance(user, str):
+        return None
+    return RecordedPrompt(system=system, user=user)
 
 
 def _follow_up_files(detail: RunDetail, chosen: AttemptView) -> dict[str, str]:

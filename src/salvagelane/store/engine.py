@@ -375,7 +375,7 @@ def _configure_sqlite(engine: Engine, busy_timeout: float, *, read_only: bool = 
 # --- migrations -----------------------------------------------------------------------------
 
 
-KNOWN_REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009")
+KNOWN_REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010")
 """Every revision the packaged migrations hold, oldest first. Known without Alembic,
 which only the commands that migrate import (it is a quarter of a read command's
 start); tests/integration/test_migrations.py holds it equal to Alembic's."""

@@ -412,3 +412,31 @@ class SinkDeliveryRow(Base):
     attempted_at: Mapped[datetime] = mapped_column(UTCDateTime)
     attempts: Mapped[int] = mapped_column(Integer, server_default="1")
     next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class EvalRow(Base):
+    """One ``salvagelane eval``: the candidate, how many fixtures, the totals and the
+    verdict (as :class:`salvagelane.core.evaluation.Verdict` writes them; migration 0010)."""
+
+    __tablename__ = "evals"
+    __table_args__ = (Index(None, "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    candidate: Mapped[str] = mapped_column(SafeText)
+    fixtures: Mapped[int] = mapped_column(Integer)
+    verdict: Mapped[Any] = mapped_column(JSONText)
+
+
+class EvalResultRow(Base):
+    """One fixture of an evaluation: both sides' figures, or why it was skipped."""
+
+    __tablename__ = "eval_results"
+    __table_args__ = (UniqueConstraint("eval_id", "position"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    eval_id: Mapped[str] = mapped_column(String(36), ForeignKey("evals.id"))
+    position: Mapped[int] = mapped_column(Integer)
+    fixture: Mapped[str] = mapped_column(SafeText)
+    instruction_id: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[Any] = mapped_column(JSONText)

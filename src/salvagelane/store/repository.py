@@ -50,6 +50,7 @@ from salvagelane.store.engine import (
     unknown_revision,
     upgrade_connection,
 )
+from salvagelane.store.evaluations import Evaluations
 from salvagelane.store.figures import figures_of
 from salvagelane.store.fires import FireLedger
 from salvagelane.store.health import HealthReader
@@ -163,6 +164,11 @@ class Store:
     def deliveries(self) -> DeliveryOutbox:
         """The delivery outbox: claiming and recording deliveries of reports to sinks."""
         return DeliveryOutbox(self._transaction, self.url)
+
+    @property
+    def evals(self) -> Evaluations:
+        """Stored evaluations (``salvagelane eval``)."""
+        return Evaluations(self._transaction, self.url)
 
     @property
     def fires(self) -> FireLedger:
