@@ -570,6 +570,22 @@ ROWS: list[Row] = [
         "replay, differs", "replay --use-current fixtures/differs", code=1, out="1 differs", **NO_DB
     ),
     row("replay without a path", "replay", code=2, err="Missing argument", **NO_DB),
+    # --- eval (the calls themselves: tests/integration/test_eval.py)
+    row(
+        "eval, a fixture recorded before prompts were kept",
+        "eval fixtures/truncated --no-store",
+        code=0,
+        out="changes: 0 better, 0 worse, 0 same, 1 skipped",
+        **NO_DB,
+    ),
+    row("eval, no such fixture", "eval fixtures/nope", code=2, err="fixtures/nope", **NO_DB),
+    row(
+        "eval, --concurrency 0",
+        "eval fixtures/truncated --concurrency 0",
+        code=2,
+        err="--concurrency",
+        **NO_DB,
+    ),
     # --- try and prompt: a dry run opens no database, writes no sink file
     row("try, partial", "try daily-triage --sample fixtures/truncated", code=0, out="partial"),
     row(

@@ -197,7 +197,7 @@ def render_table(evaluation: Evaluation, *, stored_id: str | None) -> str:
     for comparison in evaluation.comparisons:
         name = line(Path(comparison.fixture).name)
         if comparison.skipped is not None:
-            rows.append((name, "skipped", line(comparison.skipped)[:90], "", "", "", "", ""))
+            rows.append((name, "skipped", "(below)", "", "", "", "", ""))
             continue
         for side_name, side in (
             ("baseline", comparison.baseline),
@@ -226,6 +226,9 @@ def render_table(evaluation: Evaluation, *, stored_id: str | None) -> str:
             f"{changes.get(word, 0)} {word}" for word in ("better", "worse", "same", "skipped")
         )
     )
+    for comparison in evaluation.comparisons:
+        if comparison.skipped is not None:
+            lines.append(f"skipped: {line(comparison.fixture)}: {line(comparison.skipped)}")
     if verdict.worse:
         lines.extend(f"worse: {reason}" for reason in verdict.reasons)
     else:
