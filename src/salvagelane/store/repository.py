@@ -539,11 +539,30 @@ class Store:
         """See :meth:`FireLedger.recorded_fires`."""
         return self.fires.recorded_fires(instruction_id, start=start, end=end)
 
-    def list_runs(self, *, instruction_id: str | None = None, limit: int = 20) -> list[RunSummary]:
-        """The latest ``limit`` runs, newest first, optionally of one instruction."""
-        stmt = sa.select(RunRow).order_by(RunRow.created_at.desc(), RunRow.id.desc()).limit(limit)
+    def list_runs(
+        self,
+        *,
+        instruction_id: str | None = None,
+        limit: int = 20,
+        ended: RunStatus | None = None,
+        trigger: Trigger | None = None,
+        offset: int = 0,
+    ) -> list[RunSummary]:
+        """The latest ``limit`` runs, newest first (past ``offset`` of them), optionally of
+        one instruction, one trigger, or ended with one status (the status the run ended
+        with: a review may since have made a partial report ok)."""
+        stmt = (
+            sa.select(RunRow)
+            .order_by(RunRow.created_at.desc(), RunRow.id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
         if instruction_id is not None:
             stmt = stmt.where(RunRow.instruction_id == instruction_id)
+        if ended is not None:
+            stmt = stmt.where(RunRow.status == ended)
+        if trigger is not None:
+            stmt = stmt.where(RunRow.trigger == trigger)
         with self._transaction("list runs") as session:
             return summaries(session, list(session.scalars(stmt)))
 

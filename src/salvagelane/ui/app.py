@@ -40,7 +40,7 @@ from salvagelane.errors import (
 )
 from salvagelane.runtime.budget import priced_healths
 from salvagelane.runtime.settings import DEFAULT_QUEUE_STALL_SECONDS
-from salvagelane.safe_text import line
+from salvagelane.safe_text import block, line
 from salvagelane.store import BulkSelection, QuarantineDetail, QuarantineFilter, Store
 from salvagelane.store.health import days_between, health_json
 from salvagelane.ui import views
@@ -52,7 +52,7 @@ from salvagelane.ui.security import (
     Access,
     SecurityHeaders,
 )
-from salvagelane.vocabulary import Clock, ReviewStatus, utc_now
+from salvagelane.vocabulary import Clock, ReviewStatus, RunStatus, Trigger, utc_now
 
 PAGE_SIZE = 50
 CHART_DAYS = 30
@@ -106,6 +106,8 @@ def templates() -> jinja2.Environment:
     env.filters["percent"] = views.percent
     env.filters["message"] = views.message_of
     env.filters["pretty"] = views.pretty
+    env.filters["safe_block"] = block
+    env.filters["snippet"] = views.snippet
     env.filters["item_number"] = item_number
     env.filters["place_in_output"] = place_in_output
     return env
@@ -187,7 +189,10 @@ def create_app(settings: Settings) -> Starlette:
         Route("/items/{item_id:int}/reject", guarded(reject, changes=True), methods=["POST"]),
         Route("/items/{item_id:int}/capture", guarded(capture, changes=True), methods=["POST"]),
         Route("/reject-all", guarded(reject_all, changes=True), methods=["POST"]),
+        Route("/runs", guarded(runs_page)),
         Route("/runs/{run_id}", guarded(run_page)),
+        Route("/evals", guarded(evals_page)),
+        Route("/evals/{eval_id}", guarded(eval_page)),
         Route("/health", guarded(health_page)),
         Route("/health.json", guarded(health_data)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -469,7 +474,85 @@ async def run_page(request: Request, page: Page) -> Response:
 
     detail, payload = await run_in_threadpool(read)
     held = [q for q in detail.quarantined if q.review_status in ("pending", "rejected")]
-    return page.render("run.html", run=detail, payload=payload, held=held)
+    mended = [q for q in detail.quarantined if q.review_status == ReviewStatus.REASKED]
+    items = [] if detail.report is None else sorted(detail.report.items, key=lambda i: i.position)
+    return page.render(
+        "run.html",
+        run=detail,
+        payload=payload,
+        held=held,
+        mended=mended,
+        report_items=items,
+        follow_ups={a.number: views.follow_up_of(a.request) for a in detail.attempts},
+    )
+
+
+RUN_STATUSES = [s.value for s in RunStatus]
+TRIGGERS = [t.value for t in Trigger]
+
+
+async def runs_page(request: Request, page: Page) -> Response:
+    """The stored runs, newest first, with filters and each instruction's status strip."""
+    params = request.query_params
+    instruction = params.get("instruction") or None
+    ended = params.get("status") or None
+    trigger = params.get("trigger") or None
+    if ended is not None and ended not in RUN_STATUSES:
+        raise PageError(400, f"status: expected one of {', '.join(RUN_STATUSES)}, got {ended!r}")
+    if trigger is not None and trigger not in TRIGGERS:
+        raise PageError(400, f"trigger: expected one of {', '.join(TRIGGERS)}, got {trigger!r}")
+    number = _page_number(params.get("page"))
+    store = page.store
+
+    def read() -> dict[str, Any]:
+        known = store.instruction_ids()
+        if instruction is not None and instruction not in known:
+            raise PageError(
+                400,
+                f"instruction: no stored run has instruction {instruction!r}; "
+                f"expected one of {', '.join(known) or '(no runs stored yet)'}",
+            )
+        runs = store.list_runs(
+            instruction_id=instruction,
+            ended=None if ended is None else RunStatus(ended),
+            trigger=None if trigger is None else Trigger(trigger),
+            limit=PAGE_SIZE + 1,
+            offset=(number - 1) * PAGE_SIZE,
+        )
+        healths = store.health.healths(
+            [instruction] if instruction else known,
+            now=page.settings.clock(),
+            days=1,
+            queue_stall_seconds=DEFAULT_QUEUE_STALL_SECONDS,
+        )
+        return {"runs": runs[:PAGE_SIZE], "more": len(runs) > PAGE_SIZE, "known": known,
+                "healths": healths}  # fmt: skip
+
+    data = await run_in_threadpool(read)
+    chosen = {"instruction": instruction, "status": ended, "trigger": trigger}
+    query = urlencode({k: v for k, v in chosen.items() if v})
+    return page.render(
+        "runs.html",
+        **data,
+        page=number,
+        chosen=chosen,
+        query=query,
+        run_statuses=RUN_STATUSES,
+        triggers=TRIGGERS,
+    )
+
+
+async def evals_page(request: Request, page: Page) -> Response:
+    """The stored evaluations (``salvagelane eval``), newest first."""
+    evals = await run_in_threadpool(page.store.evals.list)
+    return page.render("evals.html", evals=evals)
+
+
+async def eval_page(request: Request, page: Page) -> Response:
+    """One evaluation, baseline and candidate side by side."""
+    eval_id = str(request.path_params["eval_id"])
+    detail = await run_in_threadpool(page.store.evals.get, eval_id)
+    return page.render("eval.html", evaluation=detail)
 
 
 def _health(page: Page, request: Request) -> list[Any]:
