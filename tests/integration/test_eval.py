@@ -9,6 +9,7 @@ the same on the third. The table, ``--json``, the stored evaluation and the
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,37 @@ def test_the_table_names_each_side_and_a_fixture_without_a_prompt_is_skipped(
         done.stdout
     )
     assert len(candidate.requests) == 2  # nothing sent for the skipped fixture
+
+
+def test_fixtures_are_called_at_once_and_reported_in_the_order_given(
+    corpus: tuple[Project, list[Path]], store: Store
+) -> None:
+    project, fixtures = corpus
+    # Every request gets the same answer: the order the calls happen in cannot matter.
+    with ScriptedServer(then=chat_answer(report(items(7)))) as candidate:
+        # Each call waits until a second one has arrived: calls made one at a time would
+        # leave the first waiting in vain.
+        arrived: list[object] = []
+        met: list[bool] = []
+        two_in_flight = threading.Event()
+
+        def hold(request: object) -> None:
+            arrived.append(request)
+            if len(arrived) >= 2:
+                two_in_flight.set()
+            met.append(two_in_flight.wait(timeout=10))
+
+        candidate.on_request = hold
+        done = salvagelane(
+            "eval", *map(str, fixtures), "--instructions", str(project.instructions),
+            "--base-url", candidate.base_url, "--concurrency", "3", "--json", "--no-store",
+            database=store.url, env={"EVAL_TEST_KEY": KEY},
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert [f["fixture"] for f in document["fixtures"]] == [str(f) for f in fixtures]
+    assert [f["candidate"]["kept"] for f in document["fixtures"]] == [7, 7, 7]
+    assert document["eval_id"] is None
+    assert store.evals.list() == []
+    assert len(candidate.requests) == 3
+    assert met == [True, True, True]  # the first call was still waiting when another came

@@ -115,7 +115,7 @@ def test_a_killed_capture_leaves_no_fixture_or_a_whole_one(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     whole = _fixture_state(reference)
     assert whole is not None
-    assert set(whole) == {"raw.txt", "meta.json", "expected.json", "definition.json"}
+    assert set(whole) == {"raw.txt", "meta.json", "expected.json", "definition.json", "prompt.json"}
 
     delays: tuple[float | str, ...] = (0.0, 0.01, 0.04, "definition.json")
     killed = 0

@@ -87,10 +87,11 @@ def eval_command(
     database: str | None,
     as_json: bool,
 ) -> None:
-    """Evaluate a candidate on FIXTURE_OR_DIR... (fixture directories, or directories
-    searched for them).
+    """Evaluate a candidate (a definition, a model, a provider) on recorded fixtures,
+    side by side with their recorded answers.
 
-    For each fixture the baseline is its recorded answer as `replay` salvages it (no
+    FIXTURE_OR_DIR... are fixture directories, or directories searched for them. For
+    each fixture the baseline is its recorded answer as `replay` salvages it (no
     call); the candidate is a real call with the fixture's recorded prompt to the
     candidate definition's connector (--definition, else today's definition; --model and
     --base-url override its connector), salvaged with the candidate definition. Prints
