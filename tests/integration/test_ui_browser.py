@@ -8,8 +8,6 @@ set), where ``.ci/run`` installs both and a skip would hide a broken page.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,38 +15,14 @@ from typing import Any
 import pytest
 
 from salvagelane.store import Store
+from tests.support.browser_review import launch_browser
 from tests.support.review_page import SCRIPT, Reviewed, reviewed_database
 from tests.support.ui_server import RunningUi, running_ui
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def _requirements() -> str | None:
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "Playwright for Python is not installed (pip install -e '.[dev]')"
-    if CHROMIUM is None:
-        return "chromium is not installed (apt-get install chromium)"
-    return None
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    missing = _requirements()
-    if missing is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"the browser test cannot run under CI: {missing}")
-        pytest.skip(missing)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        # --no-sandbox: CI runs as root, where Chromium's sandbox cannot start.
-        launched = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
-        )
-        yield launched
-        launched.close()
+    yield from launch_browser()
 
 
 @pytest.fixture
