@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -19,9 +17,9 @@ import pytest
 
 from salvagelane.store import Store
 from salvagelane.vocabulary import RunStatus, Trigger
-from tests.support.cli import ROOT, clean_env, command
 from tests.support.history import seed
-from tests.support.review_page import TOKEN, Reviewed, reviewed_database
+from tests.support.review_page import Reviewed, reviewed_database
+from tests.support.ui_server import running_ui
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 REVIEWERS = {"alice": "alice-token-0123456789abcdef", "bob": "bob-token-0123456789abcdef"}
@@ -112,46 +110,8 @@ def serving(database: str, *, cwd: Path, reviewers: Path | None = None) -> Itera
     """``salvagelane ui --port 0`` (with ``--reviewers``), $SALVAGELANE_UI_TOKEN set
     either way; stopped with SIGINT, which must end it with exit 0."""
     extra = ["--reviewers", str(reviewers)] if reviewers is not None else []
-    proc = subprocess.Popen(
-        command(
-            "ui",
-            "--port",
-            "0",
-            "--database",
-            database,
-            "--instructions",
-            str(ROOT / "instructions"),
-            *extra,
-        ),
-        cwd=cwd,
-        env=clean_env({"SALVAGELANE_UI_TOKEN": TOKEN}),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        printed: list[str] = []
-        for line in proc.stdout:
-            printed.append(line.rstrip("\n"))
-            if line.startswith("open "):
-                break
-        assert printed, proc.stderr.read() if proc.stderr else ""
-        assert printed[-1].startswith("open "), proc.stderr.read() if proc.stderr else ""
-        base = printed[-1].split(" ", 1)[1].split("/?", 1)[0]
-        yield Served(base=base, printed=tuple(printed))
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        errors = proc.stderr.read() if proc.stderr is not None else ""
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
-    assert proc.returncode == 0, f"salvagelane ui ended with {proc.returncode}: {errors}"
+    with running_ui(database, cwd=cwd, extra=extra) as running:
+        yield Served(base=running.base, printed=(*running.banner, f"open {running.url}"))
 
 
 def reviewers_file(directory: Path, reviewers: dict[str, str] = REVIEWERS) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,13 +26,26 @@ class RunningUi:
 
 @contextmanager
 def running_ui(
-    database: str, *, cwd: Path, instructions: Path = ROOT / "instructions"
+    database: str,
+    *,
+    cwd: Path,
+    instructions: Path = ROOT / "instructions",
+    extra: Sequence[str] = (),
 ) -> Iterator[RunningUi]:
     """Start ``salvagelane ui --port 0`` (the system picks the port; the command prints
     it), yield once it has printed its URL, stop it with SIGINT on the way out: it must
     end with exit 0, as docs/reference/cli.md ("Exit status") says of its stop signals."""
     proc = subprocess.Popen(
-        command("ui", "--port", "0", "--database", database, "--instructions", str(instructions)),
+        command(
+            "ui",
+            "--port",
+            "0",
+            "--database",
+            database,
+            "--instructions",
+            str(instructions),
+            *extra,
+        ),
         cwd=cwd,
         env=clean_env({"SALVAGELANE_UI_TOKEN": TOKEN}),
         stdout=subprocess.PIPE,
