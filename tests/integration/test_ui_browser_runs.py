@@ -149,6 +149,9 @@ def test_a_mended_item_is_marked_and_linked(page: Any, server: RunningUi, stored
     origins = page.locator("#report-items .origin").all_inner_texts()
     assert origins == ["model"] * 6 + ["reask: re-asked (attempt 2)"]
     assert "now report item 7 (attempt 2)" in page.inner_text("#mended")
+    page.click("#mended a.resolution")
+    assert page.url.endswith("#report-item-7")
+    assert page.locator("#report-item-7 .origin").inner_text() == "reask: re-asked (attempt 2)"
     assert "1 mended by a follow-up request" in page.inner_text("#reasked-count")
 
 

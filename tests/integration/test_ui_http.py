@@ -478,3 +478,47 @@ def test_the_runs_list_filters_and_pages(
     kept = client.get(f"/runs?since={cut.isoformat()}")
     assert f"since={cut.isoformat()}&amp;page=2" in kept.text
     assert client.get("/runs?page=9").text.count("<tr data-id=") == 0
+
+
+def test_an_attempts_prompt_and_response_are_text_in_collapsed_details(store: Store) -> None:
+    """The stored request's ``system`` and ``user`` and the raw output are hostile text:
+    escaped in the run view, each attempt's exchange in a closed ``<details>``."""
+    at = datetime.now(UTC)
+    run_id = store.start_run(
+        instruction_id="hostile",
+        definition_sha256="d" * 64,
+        trigger=Trigger.MANUAL,
+        scheduled_for=None,
+        now=at,
+    )
+    store.add_attempt(
+        run_id,
+        number=1,
+        started_at=at,
+        request={"system": f"sys {SCRIPT}", "user": f"usr {IMG}\nsecond line"},
+        raw_output=f"out {SCRIPT}{IMG}",
+        finish_reason="stop",
+        native_finish_reason="stop",
+        usage=None,
+        model="m",
+        request_id=None,
+        latency_seconds=None,
+        http_status=200,
+        provider_error=None,
+        stream_error=None,
+        finished_at=at,
+    )
+    store.fail_run(run_id, finished_at=at, error="it broke", status=RunStatus.FAILED)
+
+    html = client_of(store).get(f"/runs/{run_id}").text
+
+    exchange = re.search(
+        r'<details class="exchange" id="exchange-1">(.*?)</details>', html, re.DOTALL
+    )
+    assert exchange is not None  # no "open": collapsed until clicked
+    shown = exchange.group(1)
+    assert "sys &lt;script&gt;alert(1)&lt;/script&gt;</pre>" in shown
+    assert "usr &#34;&gt;&lt;img src=x onerror=alert(1)&gt;\nsecond line</pre>" in shown
+    assert "out &lt;script&gt;alert(1)&lt;/script&gt;&#34;&gt;&lt;img" in shown
+    assert SCRIPT not in html
+    assert IMG not in html
