@@ -175,6 +175,12 @@ def test_the_runs_list_filters_and_shows_the_strip_with_its_legend(
     assert page.url.endswith(f"/runs/{stored.demo_run}")
     page.goto(f"{server.base}/runs?trigger=schedule")
     assert page.inner_text("#no-runs") == "no runs match"
+    page.goto(f"{server.base}/runs")
+    page.fill("input[name=since]", "2999-01-01")
+    with page.expect_navigation():
+        page.click("form.filters button")
+    assert page.url.endswith("/runs?instruction=&status=&trigger=&since=2999-01-01")
+    assert page.inner_text("#no-runs") == "no runs match"
 
 
 def test_queue_snippets_show_their_line_breaks(page: Any, server: RunningUi) -> None:
