@@ -149,6 +149,9 @@ def test_a_mended_item_is_marked_and_linked(page: Any, server: RunningUi, stored
     origins = page.locator("#report-items .origin").all_inner_texts()
     assert origins == ["model"] * 6 + ["reask: re-asked (attempt 2)"]
     assert "now report item 7 (attempt 2)" in page.inner_text("#mended")
+    page.click("#mended a.resolution")
+    assert page.url.endswith("#report-item-7")
+    assert page.locator("#report-item-7 .origin").inner_text() == "reask: re-asked (attempt 2)"
     assert "1 mended by a follow-up request" in page.inner_text("#reasked-count")
 
 
@@ -171,6 +174,12 @@ def test_the_runs_list_filters_and_shows_the_strip_with_its_legend(
         page.click(f"#runs a[href='/runs/{stored.demo_run}']")
     assert page.url.endswith(f"/runs/{stored.demo_run}")
     page.goto(f"{server.base}/runs?trigger=schedule")
+    assert page.inner_text("#no-runs") == "no runs match"
+    page.goto(f"{server.base}/runs")
+    page.fill("input[name=since]", "2999-01-01")
+    with page.expect_navigation():
+        page.click("form.filters button")
+    assert page.url.endswith("/runs?instruction=&status=&trigger=&since=2999-01-01")
     assert page.inner_text("#no-runs") == "no runs match"
 
 

@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -421,3 +421,104 @@ def test_extreme_dates_and_ids_are_refused_not_crashed(
     else:
         assert "no quarantined item with id" in message.group(1)
     assert answer.headers["content-security-policy"] == CSP
+
+
+def run_ids_of(html: str) -> list[str]:
+    return re.findall(r'<tr data-id="([^"]+)">', html)
+
+
+def test_the_runs_list_filters_and_pages(
+    reviewed: Reviewed, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``/runs``: newest first, filtered by instruction, status, trigger and since (each
+    against the runs the fixture stored), paged with the filter kept in the links."""
+    client = client_of(store)
+    stored = store.list_runs(limit=100)
+    everything = client.get("/runs")
+    assert everything.status_code == 200
+    assert run_ids_of(everything.text) == [r.id for r in stored]
+    assert len(stored) == 7
+
+    daily = run_ids_of(client.get("/runs?instruction=daily").text)
+    assert daily == [r.id for r in stored if r.instruction_id == "daily"]
+    assert len(daily) == 5
+    missed = run_ids_of(client.get("/runs?status=missed").text)
+    assert missed == [r.id for r in stored if r.status == RunStatus.MISSED]
+    assert len(missed) == 1
+    scheduled = run_ids_of(client.get("/runs?trigger=schedule&instruction=daily").text)
+    assert scheduled == [r.id for r in stored if r.trigger == Trigger.SCHEDULE]
+    assert len(scheduled) == 5
+    hostile = store.list_runs(instruction_id="hostile")[0].id
+    assert run_ids_of(client.get("/runs?instruction=hostile&status=partial").text) == [hostile]
+    assert run_ids_of(client.get("/runs?instruction=hostile&status=ok").text) == []
+
+    cut = (datetime.now(UTC) - timedelta(days=2)).date()
+    since = client.get(f"/runs?since={cut.isoformat()}")
+    recent = [r.id for r in stored if r.created_at.date() >= cut]
+    assert run_ids_of(since.text) == recent
+    assert 0 < len(recent) < len(stored)
+    assert f'name="since" value="{cut.isoformat()}"' in since.text
+    moment = stored[2].created_at.isoformat()
+    assert run_ids_of(client.get("/runs", params={"since": moment}).text) == [
+        r.id for r in stored[:3]
+    ]
+    refused = client.get("/runs?since=yesterday")
+    assert refused.status_code == 400
+    assert "since: expected a date such as 2026-11-21" in refused.text
+
+    monkeypatch.setattr("salvagelane.ui.app.PAGE_SIZE", 2)
+    first = client.get("/runs?instruction=daily")
+    assert run_ids_of(first.text) == daily[:2]
+    assert 'rel="next" href="/runs?instruction=daily&amp;page=2"' in first.text
+    assert 'rel="prev"' not in first.text
+    last = client.get("/runs?instruction=daily&page=3")
+    assert run_ids_of(last.text) == daily[4:]
+    assert 'rel="prev" href="/runs?instruction=daily&amp;page=2"' in last.text
+    assert 'rel="next"' not in last.text
+    kept = client.get(f"/runs?since={cut.isoformat()}")
+    assert f"since={cut.isoformat()}&amp;page=2" in kept.text
+    assert client.get("/runs?page=9").text.count("<tr data-id=") == 0
+
+
+def test_an_attempts_prompt_and_response_are_text_in_collapsed_details(store: Store) -> None:
+    """The stored request's ``system`` and ``user`` and the raw output are hostile text:
+    escaped in the run view, each attempt's exchange in a closed ``<details>``."""
+    at = datetime.now(UTC)
+    run_id = store.start_run(
+        instruction_id="hostile",
+        definition_sha256="d" * 64,
+        trigger=Trigger.MANUAL,
+        scheduled_for=None,
+        now=at,
+    )
+    store.add_attempt(
+        run_id,
+        number=1,
+        started_at=at,
+        request={"system": f"sys {SCRIPT}", "user": f"usr {IMG}\nsecond line"},
+        raw_output=f"out {SCRIPT}{IMG}",
+        finish_reason="stop",
+        native_finish_reason="stop",
+        usage=None,
+        model="m",
+        request_id=None,
+        latency_seconds=None,
+        http_status=200,
+        provider_error=None,
+        stream_error=None,
+        finished_at=at,
+    )
+    store.fail_run(run_id, finished_at=at, error="it broke", status=RunStatus.FAILED)
+
+    html = client_of(store).get(f"/runs/{run_id}").text
+
+    exchange = re.search(
+        r'<details class="exchange" id="exchange-1">(.*?)</details>', html, re.DOTALL
+    )
+    assert exchange is not None  # no "open": collapsed until clicked
+    shown = exchange.group(1)
+    assert "sys &lt;script&gt;alert(1)&lt;/script&gt;</pre>" in shown
+    assert "usr &#34;&gt;&lt;img src=x onerror=alert(1)&gt;\nsecond line</pre>" in shown
+    assert "out &lt;script&gt;alert(1)&lt;/script&gt;&#34;&gt;&lt;img" in shown
+    assert SCRIPT not in html
+    assert IMG not in html

@@ -547,10 +547,12 @@ class Store:
         ended: RunStatus | None = None,
         trigger: Trigger | None = None,
         offset: int = 0,
+        since: datetime | None = None,
     ) -> list[RunSummary]:
         """The latest ``limit`` runs, newest first (past ``offset`` of them), optionally of
-        one instruction, one trigger, or ended with one status (the status the run ended
-        with: a review may since have made a partial report ok)."""
+        one instruction, one trigger, ended with one status (the status the run ended
+        with: a review may since have made a partial report ok), or created at or after
+        ``since``."""
         stmt = (
             sa.select(RunRow)
             .order_by(RunRow.created_at.desc(), RunRow.id.desc())
@@ -563,6 +565,8 @@ class Store:
             stmt = stmt.where(RunRow.status == ended)
         if trigger is not None:
             stmt = stmt.where(RunRow.trigger == trigger)
+        if since is not None:
+            stmt = stmt.where(RunRow.created_at >= since)
         with self._transaction("list runs") as session:
             return summaries(session, list(session.scalars(stmt)))
 

@@ -497,6 +497,8 @@ async def runs_page(request: Request, page: Page) -> Response:
     instruction = params.get("instruction") or None
     ended = params.get("status") or None
     trigger = params.get("trigger") or None
+    since_text = params.get("since") or None
+    since = None if since_text is None else _since(since_text)
     if ended is not None and ended not in RUN_STATUSES:
         raise PageError(400, f"status: expected one of {', '.join(RUN_STATUSES)}, got {ended!r}")
     if trigger is not None and trigger not in TRIGGERS:
@@ -516,6 +518,7 @@ async def runs_page(request: Request, page: Page) -> Response:
             instruction_id=instruction,
             ended=None if ended is None else RunStatus(ended),
             trigger=None if trigger is None else Trigger(trigger),
+            since=since,
             limit=PAGE_SIZE + 1,
             offset=(number - 1) * PAGE_SIZE,
         )
@@ -529,7 +532,7 @@ async def runs_page(request: Request, page: Page) -> Response:
                 "healths": healths}  # fmt: skip
 
     data = await run_in_threadpool(read)
-    chosen = {"instruction": instruction, "status": ended, "trigger": trigger}
+    chosen = {"instruction": instruction, "status": ended, "trigger": trigger, "since": since_text}
     query = urlencode({k: v for k, v in chosen.items() if v})
     return page.render(
         "runs.html",
