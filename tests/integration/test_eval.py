@@ -19,6 +19,7 @@ import pytest
 
 from salvagelane.connectors import Connector
 from salvagelane.definitions import Instruction
+from salvagelane.errors import InputError
 from salvagelane.review.capture import capture_run
 from salvagelane.runtime.executor import Executor
 from salvagelane.store import Store
@@ -187,3 +188,27 @@ def test_fixtures_are_called_at_once_and_reported_in_the_order_given(
     assert store.evals.list() == []
     assert len(candidate.requests) == 3
     assert met == [True, True, True]  # the first call was still waiting when another came
+
+
+def test_a_capture_whose_prompt_holds_a_secret_is_refused(
+    corpus: tuple[Project, list[Path]], store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, fixtures = corpus
+    files = {p.name: p.read_text("utf-8") for p in fixtures[0].iterdir()}
+    user = json.loads(files.pop("prompt.json"))["user"]
+    # A stretch of the prompt found in no other file of the fixture: only prompt.json has it.
+    secret = next(
+        user[n : n + 12]
+        for n in range(len(user) - 12)
+        if user[n : n + 12].strip() == user[n : n + 12]
+        and not any(user[n : n + 12] in text for text in files.values())
+    )
+    monkeypatch.setenv("EVAL_PROMPT_TOKEN", secret)
+    run_id = json.loads(files["meta.json"])["source"]["run_id"]
+    target = fixtures[0].parent / "leaky"
+
+    with pytest.raises(InputError, match="EVAL_PROMPT_TOKEN"):
+        capture_run(store, run_id, None, target)
+    assert not target.exists()
+    monkeypatch.delenv("EVAL_PROMPT_TOKEN")
+    assert (capture_run(store, run_id, None, target).path / "prompt.json").is_file()
