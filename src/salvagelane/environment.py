@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -161,3 +162,14 @@ def ui_token() -> str | None:
         return None
     register_secret(value)
     return value
+
+
+def secret_looking(is_secret: Callable[[str], bool], *, min_length: int) -> dict[str, str]:
+    """The variables whose name ``is_secret`` calls a secret's (``*_API_KEY``, ``*_TOKEN``)
+    and whose value is at least ``min_length`` characters, stripped: what a fixture must
+    never contain."""
+    return {
+        name: value.strip()
+        for name, value in os.environ.items()
+        if is_secret(name) and len(value.strip()) >= min_length
+    }

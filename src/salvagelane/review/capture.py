@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -273,12 +272,11 @@ def _stored_outcome(detail: RunDetail, attempt: AttemptView) -> Outcome | None:
 
 
 def _refuse_secrets(files: Mapping[str, str]) -> None:
+    from salvagelane import environment
+
+    present = environment.secret_looking(secret_field_name, min_length=MIN_SECRET_LENGTH)
     secrets = [
-        name
-        for name, value in os.environ.items()
-        if secret_field_name(name)
-        and len(value.strip()) >= MIN_SECRET_LENGTH
-        and any(value.strip() in text for text in files.values())
+        name for name, value in present.items() if any(value in text for text in files.values())
     ]
     if secrets:
         raise InputError(
