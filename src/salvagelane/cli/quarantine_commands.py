@@ -90,7 +90,7 @@ def quarantine_group() -> None:
 @click.option(
     "--status",
     type=click.Choice([status.value for status in ReviewStatus]),
-    help="Only this review status (default: all but superseded).",
+    help="Only this review status (default: all but superseded and reasked).",
 )
 @click.option(
     "--since",

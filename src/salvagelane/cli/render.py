@@ -9,7 +9,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from salvagelane.cli.tables import aligned
-from salvagelane.core.numbering import item_label, item_number
+from salvagelane.core.numbering import item_label
+from salvagelane.core.reask import follow_up_label
 from salvagelane.errors import NotFoundError
 from salvagelane.safe_text import line, one_line
 from salvagelane.vocabulary import OPEN_DELIVERY_STATUSES, DeliveryStatus, ItemOrigin, OutputCut
@@ -70,13 +71,8 @@ def status_notes(run: RunSummary) -> list[str]:
 
 
 def _follow_up_note(request: Mapping[str, Any]) -> str:
-    """`` (follow-up for items 7, 9 of #1)`` for a follow-up request's attempt."""
-    asked = request.get("reask")
-    if not isinstance(asked, Mapping):
-        return ""
-    indices = [i for i in asked.get("items") or () if isinstance(i, int) and i >= 0]
-    numbers = ", ".join(str(item_number(i)) for i in indices)
-    return f" (follow-up for item(s) {numbers} of #{asked.get('of_attempt')})"
+    label = follow_up_label(request)
+    return "" if label is None else f" ({label})"
 
 
 def _resolution_note(resolution: Mapping[str, Any] | None) -> str:

@@ -15,11 +15,12 @@ it is joined (docs/adr/0023-per-item-reask.md).
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from salvagelane.core.canonical import canonical_sha256
-from salvagelane.core.numbering import item_label
+from salvagelane.core.numbering import item_label, item_number
 from salvagelane.core.records import (
     AcceptedItem,
     QuarantinedItem,
@@ -112,6 +113,17 @@ class ReaskMerge:
 
     def reasked_index(self, index: int) -> Reasked | None:
         return next((r for r in self.accepted if r.asked == index), None)
+
+
+def follow_up_label(request: Any) -> str | None:
+    """``follow-up for item(s) 7, 9 of #1`` for an attempt whose stored request asked
+    again for rejected items (its ``reask``), None for any other attempt."""
+    asked = request.get("reask") if isinstance(request, Mapping) else None
+    if not isinstance(asked, Mapping):
+        return None
+    indices = [i for i in asked.get("items") or () if isinstance(i, int) and i >= 0]
+    numbers = ", ".join(str(item_number(i)) for i in indices)
+    return f"follow-up for item(s) {numbers} of #{asked.get('of_attempt')}"
 
 
 def items_to_reask(

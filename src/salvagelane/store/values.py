@@ -236,7 +236,8 @@ class QuarantineView:
 class QuarantineFilter:
     """Which quarantined items ``list_quarantine`` and ``reject_matching`` take.
 
-    ``review_status`` None means every item but the superseded ones. ``since`` keeps
+    ``review_status`` None means every item but the superseded and reasked ones
+    (:data:`~salvagelane.vocabulary.OUT_OF_THE_LANE`). ``since`` keeps
     items created at or after it. ``through_id`` keeps items whose id is at most it (a
     bulk action bounded by the list it confirmed). ``limit`` None: no limit; ``offset``
     skips that many of the newest first (a page of the review page's queue).

@@ -28,6 +28,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from salvagelane.core.numbering import item_number, place_in_output
+from salvagelane.core.reask import follow_up_label
 from salvagelane.core.records import Reason
 from salvagelane.errors import (
     ConflictError,
@@ -483,7 +484,7 @@ async def run_page(request: Request, page: Page) -> Response:
         held=held,
         mended=mended,
         report_items=items,
-        follow_ups={a.number: views.follow_up_of(a.request) for a in detail.attempts},
+        follow_ups={a.number: follow_up_label(a.request) for a in detail.attempts},
     )
 
 
@@ -777,7 +778,7 @@ def next_pending(store: Store, where: QuarantineFilter, item_id: int) -> int | N
 
 def left_in(store: Store, where: QuarantineFilter) -> tuple[int, int]:
     """How many items of ``where`` (its status ignored) are pending, of how many in the
-    lane (every status but superseded): "3 of 12 left"."""
+    lane (every status but superseded and reasked): "3 of 12 left"."""
     every = replace(where, review_status=None, limit=None, offset=0)
     pending = replace(every, review_status=ReviewStatus.PENDING)
     counted = [sum(store.quarantine.count_by_reason(w).values()) for w in (pending, every)]

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from salvagelane.core.numbering import item_number
 from salvagelane.core.records import Reason
 from salvagelane.safe_text import block, one_line
 
@@ -243,17 +242,6 @@ def describe_filter(instruction_id: str | None, reason: str | None, since: datet
     if since is not None:
         parts.append(f"since {when(since)} UTC")
     return ", ".join(parts) if parts else "every pending item (no filter)"
-
-
-def follow_up_of(request: Any) -> str | None:
-    """``follow-up for item(s) 7, 9 of #1`` for an attempt that asked again for rejected
-    items (its stored request's ``reask``), None for any other attempt."""
-    asked = request.get("reask") if isinstance(request, Mapping) else None
-    if not isinstance(asked, Mapping):
-        return None
-    indices = [i for i in asked.get("items") or () if isinstance(i, int) and i >= 0]
-    numbers = ", ".join(str(item_number(i)) for i in indices)
-    return f"follow-up for item(s) {numbers} of #{asked.get('of_attempt')}"
 
 
 def snippet(text: str | None, limit: int = 240) -> str:
