@@ -24,12 +24,13 @@ from salvagelane.events import EventStream
 from salvagelane.events.kinds import BudgetExhausted, Event, ModelCalled
 from salvagelane.runtime.executor import Executor
 from salvagelane.runtime.metrics import Metrics
+from salvagelane.runtime.notifications import Notifier, notifications_of
 from salvagelane.store import Store
 from salvagelane.ui.app import Settings, create_app
 from salvagelane.ui.security import Access
 from salvagelane.vocabulary import RunStatus, Trigger
 from tests.support.cli import salvagelane_here
-from tests.support.provider import ScriptedServer
+from tests.support.provider import Scripted, ScriptedServer
 from tests.support.run_setup import (
     Project,
     chat_answer,
@@ -139,6 +140,36 @@ def test_the_fire_after_the_token_budget_is_spent_fails_without_a_request(
     _, status, _ = fire(ex, instruction, NEXT_DAY)
     assert status == RunStatus.OK
     assert len(provider.requests) == 2
+
+
+def test_a_fire_refused_by_the_budget_notifies_as_a_failed_run(
+    tmp_path: Path,
+    store: Store,
+    provider: ScriptedServer,
+    connector_for: Callable[[Instruction], Connector],
+) -> None:
+    with ScriptedServer(then=Scripted(status=200, body={"ok": True})) as receiver:
+        notify = f"notify:\n  - on: [failed]\n    webhook:\n      url: {receiver.origin}/hook\n"
+        instruction = budgeted(tmp_path, "budget:\n  tokens_per_day: 150\n" + notify)
+        provider.script.append(chat_answer(report(), usage=USAGE))
+        events = EventStream()
+        with httpx.Client() as client:
+            Notifier(
+                store,
+                definitions=lambda: {instruction.id: instruction},
+                notifications_for=lambda i: notifications_of(i, client),
+            ).subscribe(events)
+            ex = executor(store, connector_for, [], events)
+            fire(ex, instruction, DAY)
+            run_id, status, error = fire(ex, instruction, LATER)
+        assert status == RunStatus.FAILED
+        assert error.startswith("budget: ")
+        assert len(provider.requests) == 1
+        (sent,) = [r.body for r in receiver.requests]
+    assert (sent["event"], sent["run_id"], sent["error"]) == ("failed", run_id, error)
+    assert str(sent["text"]) == (
+        f"daily-triage: run {run_id[:8]} (fire 2026-11-28T17:20:00Z) failed\nerror: {error}"
+    )
 
 
 def test_a_replay_calls_no_model_so_it_neither_counts_nor_is_refused(

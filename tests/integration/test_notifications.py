@@ -214,3 +214,28 @@ def test_a_broken_default_is_refused_naming_its_file(project: Project) -> None:
     message = str(refused.value)
     assert "notify: expected the default notifications in " in message
     assert "notify.json: at [0].on[0]: 'sometimes' is not one of" in message
+
+
+def test_the_review_page_lists_a_run_s_notification_with_its_deliveries(
+    project: Project, store: Store, receiver: ScriptedServer
+) -> None:
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from salvagelane.ui.app import Settings, create_app
+    from salvagelane.ui.security import Access
+
+    instruction = notifying(project, receiver, "partial")
+    with httpx.Client() as client:
+        run_id = Runs(store, instruction, client).run(FIXTURE)
+    settings = Settings(
+        store=store,
+        access=Access(token="t" * 32, loopback=True),
+        instructions_dir=project.root / "instructions",
+        actor="alice",
+    )
+    html = TestClient(create_app(settings), base_url="http://127.0.0.1:8765").get(f"/runs/{run_id}")
+    assert html.status_code == 200
+    deliveries = html.text.split('<section class="deliveries">', 1)[1].split("</section>", 1)[0]
+    row = f"<td>notify-webhook</td><td>partial: {receiver.origin}/hook</td><td>delivered</td>"
+    assert row in deliveries

@@ -259,8 +259,18 @@ class Notifier:
     def observe(self, event: Event) -> None:
         """A run ended, a fire was missed or a run interrupted: notify for its run."""
         run_id = getattr(event, "run_id", None)
-        if isinstance(run_id, str):
-            self.notify(run_id)
+        if not isinstance(run_id, str):
+            return
+        instruction_id = getattr(event, "instruction_id", None)
+        if isinstance(instruction_id, str) and not self._notifies(instruction_id):
+            # Most runs notify nobody: reading the whole run for them cost every run a
+            # second read of its report (benchmarks/run_overhead.py).
+            return
+        self.notify(run_id)
+
+    def _notifies(self, instruction_id: str) -> bool:
+        instruction = self._definitions().get(instruction_id)
+        return instruction is not None and bool(instruction.notify)
 
     def notify(self, run_id: str) -> list[Sent]:
         """Write and send the notifications run ``run_id`` gives rise to that are not
