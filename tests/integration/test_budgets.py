@@ -238,7 +238,11 @@ def test_the_cost_budget_counts_by_the_price_table_kept_with_the_run(
     )
     assert sample == pytest.approx(0.2)
 
+    stops = {"instruction": "daily-triage", "limit": "cost"}
+    assert metrics.registry.get_sample_value("salvagelane_budget_exhausted_total", stops) is None
+
     _, status, error = fire(ex, instruction, LATER)
+    assert metrics.registry.get_sample_value("salvagelane_budget_exhausted_total", stops) == 1
     assert status == RunStatus.FAILED
     assert error == (
         "budget: daily-triage spent 0.2000 of 0.2000 USD on 2026-11-28 (Europe/Paris) "

@@ -44,7 +44,7 @@ def promtool(*args: str) -> str:
 
 
 def test_the_rules_are_valid_prometheus_rules() -> None:
-    assert "SUCCESS: 3 rules found" in promtool("check", "rules", "salvagelane-alerts.yml")
+    assert "SUCCESS: 4 rules found" in promtool("check", "rules", "salvagelane-alerts.yml")
 
 
 def test_the_rules_fire_when_an_instruction_was_not_clean_and_only_then() -> None:
@@ -84,6 +84,7 @@ def test_the_rules_name_metrics_salvagelane_exposes(project: Project, store: Sto
         "salvagelane_state_up",
         "salvagelane_queue_stalled",
         "salvagelane_queue_oldest_wait_seconds",
+        "salvagelane_budget_exhausted_total",
     }
     instruction = project.instruction()
     metrics = Metrics(

@@ -58,6 +58,7 @@ except ImportError as exc:
 
 from salvagelane.events import Event, EventStream, Subscription
 from salvagelane.events.kinds import (
+    BudgetExhausted,
     FireReceived,
     ModelCalled,
     ReaskSettled,
@@ -194,6 +195,14 @@ class Metrics:
             ["instruction", "currency"],
             registry=registry,
         )
+        self._budget_stops = Counter(
+            f"{PREFIX}_budget_exhausted",
+            "Model calls not made because the instruction's daily budget was spent (the run "
+            "ends failed with a 'budget: ' error, or keeps the attempts it made), by "
+            "instruction and limit (tokens, cost).",
+            ["instruction", "limit"],
+            registry=registry,
+        )
         self._kept = Counter(
             f"{PREFIX}_items_kept",
             "Items kept in the reports of finished runs, by instruction.",
@@ -237,6 +246,7 @@ class Metrics:
         ModelCalled,
         RetryAsked,
         ReaskSettled,
+        BudgetExhausted,
         RunFinished,
     )
     """The events the metrics count (a test holds every counted fact to be an event)."""
@@ -276,6 +286,8 @@ class Metrics:
             self._reasked.labels(event.instruction_id, "still_quarantined").inc(
                 max(0, event.still_quarantined)
             )
+        elif isinstance(event, BudgetExhausted):
+            self._budget_stops.labels(event.instruction_id, event.limit_kind).inc()
         elif isinstance(event, RunFinished):
             instruction = event.instruction_id
             self._run_duration.labels(instruction, str(event.status)).observe(
