@@ -100,6 +100,10 @@ def test_the_rules_name_metrics_salvagelane_exposes(project: Project, store: Sto
     assert scraped.by("salvagelane_last_fire_timestamp_seconds", "instruction").keys() == {
         ("daily-triage",)
     }
+    # The guide's tables list every metric a scrape has, and no other.
+    guide = (RULES.parent / "guides" / "metrics.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `(salvagelane_[a-z_]+)` \|", guide, re.MULTILINE))
+    assert listed == {name for name in exposed if name.startswith("salvagelane_")}
 
 
 def test_the_newest_fire_gauge_is_each_schedule_s_newest_fire_at_the_clock(
