@@ -9,23 +9,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import httpx
 import pytest
 from starlette.testclient import TestClient
 
+from salvagelane.cli.health_commands import health_text
 from salvagelane.connectors import Connector
 from salvagelane.definitions import Instruction, load_instruction, load_stored
 from salvagelane.definitions.snapshot import DefinitionSnapshot
 from salvagelane.errors import DefinitionError
 from salvagelane.events import EventStream
 from salvagelane.events.kinds import BudgetExhausted, Event, ModelCalled
+from salvagelane.runtime.budget import budget_check, priced_healths
 from salvagelane.runtime.executor import Executor
 from salvagelane.runtime.metrics import Metrics
 from salvagelane.runtime.notifications import Notifier, notifications_of
 from salvagelane.store import Store
+from salvagelane.store.health import BudgetToday
 from salvagelane.ui.app import Settings, create_app
 from salvagelane.ui.security import Access
 from salvagelane.vocabulary import RunStatus, Trigger
@@ -286,6 +290,79 @@ def test_the_cost_budget_counts_by_the_price_table_kept_with_the_run(
     page = client.get("/health").text
     assert f'<span data-day="{today}">{today} 0.2000 USD</span>' in page
     assert client.get("/health.json").json()[0]["cost_by_day"] == figures["cost_by_day"]
+
+
+def test_health_shows_today_s_budget_and_when_it_is_reached(
+    tmp_path: Path,
+    store: Store,
+    provider: ScriptedServer,
+    connector_for: Callable[[Instruction], Connector],
+) -> None:
+    budget = "budget:\n  tokens_per_day: 150\n  cost_per_day: 1.0\n"
+    instruction = budgeted(tmp_path, budget, prices=True)
+    provider.script.append(chat_answer(report(), usage=USAGE))
+    fire(executor(store, connector_for, []), instruction, DAY)
+
+    def budget_at(now: datetime) -> BudgetToday | None:
+        (health,) = priced_healths(store, store.health.healths([instruction.id], now=now), now=now)
+        return health.budget
+
+    today = budget_at(LATER)
+    assert today is not None
+    assert today.cost == pytest.approx(0.2)
+    assert replace(today, cost=None) == BudgetToday(
+        day=date(2026, 11, 28),
+        timezone="Europe/Paris",
+        tokens=150,
+        tokens_per_day=150,
+        cost=None,
+        cost_per_day=1.0,
+        currency="USD",
+        reached="tokens",
+    )
+    # The same answer as the check a run makes before calling the model.
+    check = budget_check(store, instruction, LATER, trigger=Trigger.SCHEDULE)
+    assert check is not None
+    stop = check()
+    assert stop is not None
+    assert stop.what == today.reached
+    (health,) = priced_healths(store, store.health.healths([instruction.id], now=LATER), now=LATER)
+    assert (
+        "budget       today (2026-11-28, Europe/Paris): 150 of 150 tokens; 0.2000 of 1.0000 "
+        "USD; tokens limit reached: its runs call no model until the day ends"
+    ) in health_text(health).splitlines()
+
+    # The next day in Paris (still the 28th in UTC) starts from nothing.
+    tomorrow = budget_at(NEXT_DAY)
+    assert tomorrow is not None
+    assert (tomorrow.day, tomorrow.tokens, tomorrow.cost, tomorrow.reached) == (
+        date(2026, 11, 29),
+        0,
+        0.0,
+        None,
+    )
+
+    settings = Settings(
+        store=store,
+        access=Access(token="budget-page-token", loopback=True),
+        instructions_dir=tmp_path / "instructions",
+        actor="alice",
+        clock=lambda: LATER,
+    )
+    client = TestClient(create_app(settings), base_url="http://127.0.0.1:8765")
+    page = client.get("/health").text
+    assert "<dt>budget today (2026-11-28, Europe/Paris)</dt>" in page
+    assert '<dd data-figure="budget" data-reached="tokens">150 of 150 tokens; 0.2000 of' in page
+    assert client.get("/health.json").json()[0]["budget"] == {
+        "day": "2026-11-28",
+        "timezone": "Europe/Paris",
+        "tokens": 150,
+        "tokens_per_day": 150,
+        "cost": pytest.approx(0.2),
+        "cost_per_day": 1.0,
+        "currency": "USD",
+        "reached": "tokens",
+    }
 
 
 # --- what check refuses ---------------------------------------------------------------------

@@ -29,7 +29,7 @@ from salvagelane.safe_text import line
 
 if TYPE_CHECKING:  # the store is imported inside the command: `--help` must stay cheap
     from salvagelane.store import InstructionHealth
-    from salvagelane.store.health import Gate, HealthRun
+    from salvagelane.store.health import BudgetToday, Gate, HealthRun
 
 _STRIP = {"ok": "o", "partial": "p", "failed": "F", "interrupted": "I", "missed": "M"}
 """One letter per status in the strip of recent runs (``running`` is ``.``)."""
@@ -87,6 +87,9 @@ def health_command(
     A clean run is a scheduled run that ended ok with nothing quarantined (nor approved by
     an operator); missed and interrupted fires break the streak.
 
+    With a daily budget in that definition, a budget line says what today (in the
+    schedule's time zone) has spent of each limit, and whether one is reached.
+
     Runs waiting in the task queue (`serve --dispatch queue`) are shown with the oldest's
     wait; the queue is stalled when that wait passes --queue-stall-after and no worker
     consumes it.
@@ -116,7 +119,7 @@ def health_command(
         )
         from salvagelane.runtime.budget import priced_healths
 
-        figures = priced_healths(store, figures)
+        figures = priced_healths(store, figures, now=now)
         url = store.url
     if as_json:
         from salvagelane.store.health import health_json
@@ -269,6 +272,8 @@ def health_text(health: InstructionHealth) -> str:
             f"re-asked     {mended + still} item(s) asked again by a follow-up: {mended} mended, "
             f"{still} still quarantined"
         )
+    if health.budget is not None:
+        lines.append(f"budget       {_budget(health.budget)}")
     priced = "" if health.currency is None else f", cost in {line(health.currency)}"
     lines.append(f"tokens per day, every trigger (prompt + completion = total{priced})")
     for day, usage in health.tokens_by_day.items():
@@ -284,3 +289,18 @@ def health_text(health: InstructionHealth) -> str:
     if not health.tokens_by_day:
         lines.append("  none")
     return "\n".join(lines)
+
+
+def _budget(budget: BudgetToday) -> str:
+    """``today (2026-11-28, Europe/Paris): 10,432 of 10,000 tokens; reached: ...``."""
+    spent = []
+    if budget.tokens_per_day is not None:
+        spent.append(f"{budget.tokens:,} of {budget.tokens_per_day:,} tokens")
+    if budget.cost_per_day is not None:
+        currency = line(budget.currency or "")
+        cost = "-" if budget.cost is None else f"{budget.cost:,.4f}"
+        spent.append(f"{cost} of {budget.cost_per_day:,.4f} {currency}".rstrip())
+    text = f"today ({budget.day.isoformat()}, {line(budget.timezone)}): {'; '.join(spent)}"
+    if budget.reached is not None:
+        text += f"; {budget.reached} limit reached: its runs call no model until the day ends"
+    return text

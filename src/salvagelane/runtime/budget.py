@@ -20,7 +20,7 @@ from salvagelane.definitions import Instruction
 from salvagelane.definitions.model import Budget
 from salvagelane.definitions.prices import PriceTable
 from salvagelane.store import ModelSpend, Store
-from salvagelane.store.health import InstructionHealth
+from salvagelane.store.health import BudgetToday, InstructionHealth
 from salvagelane.vocabulary import Trigger
 
 
@@ -205,9 +205,41 @@ def with_cost(
     )
 
 
-def priced_healths(store: Store, healths: Sequence[InstructionHealth]) -> list[InstructionHealth]:
+def budget_today(store: Store, instruction: Instruction, now: datetime) -> BudgetToday | None:
+    """``instruction``'s daily limits and what the day of ``now`` (in its schedule's time
+    zone) has spent, read as a run's budget check reads it; None when no limit is set."""
+    budget = instruction.budget
+    if not budget.limited:
+        return None
+    timezone = instruction.schedule.timezone
+    day, since, until = day_of(now, timezone)
+    model = instruction.connector.model
+    spend = day_spend(
+        store.spend.between(instruction.id, since=since, until=until),
+        budget,
+        day=day,
+        timezone=timezone,
+        model=model,
+    )
+    reached = exhausted(budget, spend, model=model)
+    return BudgetToday(
+        day=day,
+        timezone=timezone,
+        tokens=spend.tokens,
+        tokens_per_day=budget.tokens_per_day,
+        cost=None if spend.cost is None else spend.cost.amount,
+        cost_per_day=budget.cost_per_day,
+        currency=None if spend.cost is None else spend.cost.currency,
+        reached=None if reached is None else reached.what,
+    )
+
+
+def priced_healths(
+    store: Store, healths: Sequence[InstructionHealth], *, now: datetime
+) -> list[InstructionHealth]:
     """``healths`` with cost per day, each by the price table of its instruction's newest
-    stored definition (the table a run used is kept with it); unchanged without one."""
+    stored definition (the table a run used is kept with it), and that definition's
+    budget with what the day of ``now`` spent; unchanged without them."""
     from salvagelane.definitions import DefinitionSnapshot, load_stored
     from salvagelane.errors import SalvagelaneError
 
@@ -226,5 +258,6 @@ def priced_healths(store: Store, healths: Sequence[InstructionHealth]) -> list[I
                 health = with_cost(
                     health, instruction.budget.prices, model=instruction.connector.model
                 )
+                health = replace(health, budget=budget_today(store, instruction, now))
         priced.append(health)
     return priced

@@ -169,6 +169,25 @@ class TokenUsage:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class BudgetToday:
+    """An instruction's daily limits and what its current day has spent (the day in its
+    schedule's time zone, counted as a run's budget check counts it; filled in by
+    :func:`salvagelane.runtime.budget.priced_healths`)."""
+
+    day: date
+    timezone: str
+    tokens: int
+    tokens_per_day: int | None
+    cost: float | None
+    """None: no price table applies."""
+    cost_per_day: float | None
+    currency: str | None
+    reached: str | None
+    """``tokens`` or ``cost``: a limit the day reached, so its runs call no model until
+    the day ends; None: within budget."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class InstructionHealth:
     """The health figures of one instruction (see the module docstring)."""
 
@@ -206,6 +225,9 @@ class InstructionHealth:
     reasked: Mapping[str, int] = field(default_factory=dict)
     """The window's rejected items a follow-up request asked again for (``retry.on:
     [quarantined]``), by what became of them: ``accepted`` or ``still_quarantined``."""
+    budget: BudgetToday | None = None
+    """The daily budget of the instruction's newest stored definition and today's spend;
+    None: no limit is set."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -740,6 +762,19 @@ def gate_json(gate: Gate) -> dict[str, Any]:
     }
 
 
+def _budget_json(budget: BudgetToday) -> dict[str, Any]:
+    return {
+        "day": budget.day.isoformat(),
+        "timezone": budget.timezone,
+        "tokens": budget.tokens,
+        "tokens_per_day": budget.tokens_per_day,
+        "cost": budget.cost,
+        "cost_per_day": budget.cost_per_day,
+        "currency": budget.currency,
+        "reached": budget.reached,
+    }
+
+
 def health_json(health: InstructionHealth) -> dict[str, Any]:
     """``health`` as JSON-ready data: what ``salvagelane health --json`` prints and the
     page's health view shows."""
@@ -776,6 +811,7 @@ def health_json(health: InstructionHealth) -> dict[str, Any]:
         "interrupted_fires": health.interrupted_fires,
         "quarantined_by_day": {day: dict(c) for day, c in health.quarantined_by_day.items()},
         "reasked": dict(health.reasked),
+        "budget": None if health.budget is None else _budget_json(health.budget),
         "tokens_by_day": {
             day: {
                 "prompt": usage.prompt,

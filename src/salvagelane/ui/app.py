@@ -572,7 +572,7 @@ def _health(page: Page, request: Request) -> list[Any]:
         ids, now=now, days=days, queue_stall_seconds=DEFAULT_QUEUE_STALL_SECONDS
     )
     # Cost beside tokens, by the price table the newest stored definition kept.
-    return priced_healths(store, figures)
+    return priced_healths(store, figures, now=now)
 
 
 async def health_page(request: Request, page: Page) -> Response:
