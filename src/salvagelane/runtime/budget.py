@@ -164,16 +164,26 @@ def budget_check(
     budget = instruction.budget
     if not budget.limited or trigger is Trigger.REPLAY:
         return None
-    timezone = instruction.schedule.timezone
-    day, since, until = day_of(moment, timezone)
-    model = instruction.connector.model
 
     def check() -> Exhausted | None:
-        spends = store.spend.between(instruction.id, since=since, until=until)
-        spend = day_spend(spends, budget, day=day, timezone=timezone, model=model)
-        return exhausted(budget, spend, model=model)
+        spend = spend_on_day_of(store, instruction, moment)
+        return exhausted(budget, spend, model=instruction.connector.model)
 
     return check
+
+
+def spend_on_day_of(store: Store, instruction: Instruction, moment: datetime) -> DaySpend:
+    """What ``instruction``'s runs of the day of ``moment`` (in its schedule's time zone)
+    spent, read from the store's attempts."""
+    timezone = instruction.schedule.timezone
+    day, since, until = day_of(moment, timezone)
+    return day_spend(
+        store.spend.between(instruction.id, since=since, until=until),
+        instruction.budget,
+        day=day,
+        timezone=timezone,
+        model=instruction.connector.model,
+    )
 
 
 def call_cost(
@@ -211,20 +221,11 @@ def budget_today(store: Store, instruction: Instruction, now: datetime) -> Budge
     budget = instruction.budget
     if not budget.limited:
         return None
-    timezone = instruction.schedule.timezone
-    day, since, until = day_of(now, timezone)
-    model = instruction.connector.model
-    spend = day_spend(
-        store.spend.between(instruction.id, since=since, until=until),
-        budget,
-        day=day,
-        timezone=timezone,
-        model=model,
-    )
-    reached = exhausted(budget, spend, model=model)
+    spend = spend_on_day_of(store, instruction, now)
+    reached = exhausted(budget, spend, model=instruction.connector.model)
     return BudgetToday(
-        day=day,
-        timezone=timezone,
+        day=spend.day,
+        timezone=spend.timezone,
         tokens=spend.tokens,
         tokens_per_day=budget.tokens_per_day,
         cost=None if spend.cost is None else spend.cost.amount,
