@@ -483,32 +483,15 @@ def test_the_runs_list_filters_and_pages(
 def test_an_attempts_prompt_and_response_are_text_in_collapsed_details(store: Store) -> None:
     """The stored request's ``system`` and ``user`` and the raw output are hostile text:
     escaped in the run view, each attempt's exchange in a closed ``<details>``."""
-    at = datetime.now(UTC)
-    run_id = store.start_run(
+    run_id = seed(
+        store,
+        at=datetime.now(UTC),
+        status=RunStatus.FAILED,
         instruction_id="hostile",
-        definition_sha256="d" * 64,
         trigger=Trigger.MANUAL,
-        scheduled_for=None,
-        now=at,
-    )
-    store.add_attempt(
-        run_id,
-        number=1,
-        started_at=at,
         request={"system": f"sys {SCRIPT}", "user": f"usr {IMG}\nsecond line"},
-        raw_output=f"out {SCRIPT}{IMG}",
-        finish_reason="stop",
-        native_finish_reason="stop",
-        usage=None,
-        model="m",
-        request_id=None,
-        latency_seconds=None,
-        http_status=200,
-        provider_error=None,
-        stream_error=None,
-        finished_at=at,
+        raw=f"out {SCRIPT}{IMG}",
     )
-    store.fail_run(run_id, finished_at=at, error="it broke", status=RunStatus.FAILED)
 
     html = client_of(store).get(f"/runs/{run_id}").text
 

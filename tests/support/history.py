@@ -25,11 +25,13 @@ def seed(
     usage: dict[str, int | None] | None = None,
     finish_reason: str = "stop",
     raw: str = RAW,
+    request: dict[str, str] | None = None,
     span: tuple[int, int] | None = None,
 ) -> str:
     """One run created and ended at ``at`` with ``status``; a ``missed`` one is only its
     row. ``reasons``: its quarantined items (pending), each over its span of ``raw``
-    (:data:`SPANS`, or ``span`` for all of them)."""
+    (:data:`SPANS`, or ``span`` for all of them); ``request``: the attempt's stored
+    request (empty by default)."""
     scheduled_for = at if trigger in (Trigger.SCHEDULE, Trigger.CATCH_UP) else None
     if status == RunStatus.MISSED:
         assert scheduled_for is not None
@@ -53,7 +55,7 @@ def seed(
         run_id,
         number=1,
         started_at=at,
-        request={},
+        request=request if request is not None else {},
         raw_output=raw,
         finish_reason=finish_reason,
         native_finish_reason=finish_reason,
