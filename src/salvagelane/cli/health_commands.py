@@ -293,14 +293,10 @@ def health_text(health: InstructionHealth) -> str:
 
 def _budget(budget: BudgetToday) -> str:
     """``today (2026-11-28, Europe/Paris): 10,432 of 10,000 tokens; reached: ...``."""
-    spent = []
-    if budget.tokens_per_day is not None:
-        spent.append(f"{budget.tokens:,} of {budget.tokens_per_day:,} tokens")
-    if budget.cost_per_day is not None:
-        currency = line(budget.currency or "")
-        cost = "-" if budget.cost is None else f"{budget.cost:,.4f}"
-        spent.append(f"{cost} of {budget.cost_per_day:,.4f} {currency}".rstrip())
-    text = f"today ({budget.day.isoformat()}, {line(budget.timezone)}): {'; '.join(spent)}"
+    from salvagelane.runtime.budget import today_amounts  # loaded already: see the command
+
+    text = f"today ({budget.day.isoformat()}, {line(budget.timezone)}): "
+    text += line(today_amounts(budget))
     if budget.reached is not None:
         text += f"; {budget.reached} limit reached: its runs call no model until the day ends"
     return text

@@ -101,6 +101,30 @@ def day_spend(
     )
 
 
+def spent_of_limit(
+    what: str, spent: float | None, limit: float, *, currency: str | None = None
+) -> str:
+    """``10,432 of 10,000 tokens`` (``what`` ``tokens``) or ``1.2345 of 1.0000 USD``
+    (``cost``; ``-`` spent when no price table gives one)."""
+    if what == "tokens":
+        return f"{int(spent or 0):,} of {int(limit):,} tokens"
+    amount = "-" if spent is None else f"{spent:,.4f}"
+    return f"{amount} of {limit:,.4f} {currency or ''}".rstrip()
+
+
+def today_amounts(budget: BudgetToday) -> str:
+    """What the day of ``budget`` spent of each of its limits:
+    ``150 of 150 tokens; 0.2000 of 1.0000 USD``."""
+    spent = []
+    if budget.tokens_per_day is not None:
+        spent.append(spent_of_limit("tokens", budget.tokens, budget.tokens_per_day))
+    if budget.cost_per_day is not None:
+        spent.append(
+            spent_of_limit("cost", budget.cost, budget.cost_per_day, currency=budget.currency)
+        )
+    return "; ".join(spent)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Exhausted:
     """A limit the day's spend reached: ``what`` is ``tokens`` or ``cost``."""
@@ -113,10 +137,8 @@ class Exhausted:
 
     def amounts(self) -> str:
         """``10,432 of 10,000 tokens`` or ``1.2345 of 1.0000 USD``."""
-        if self.what == "tokens":
-            return f"{int(self.spent):,} of {int(self.limit):,} tokens"
-        currency = self.spend.cost.currency if self.spend.cost is not None else ""
-        return f"{self.spent:,.4f} of {self.limit:,.4f} {currency}".rstrip()
+        currency = self.spend.cost.currency if self.spend.cost is not None else None
+        return spent_of_limit(self.what, self.spent, self.limit, currency=currency)
 
     def message(self, instruction_id: str, *, attempts_made: int = 0) -> str:
         """The run's error: starts with ``budget: `` (what a search for budget stops finds)."""

@@ -39,7 +39,7 @@ from salvagelane.errors import (
     StoreError,
     UnavailableError,
 )
-from salvagelane.runtime.budget import priced_healths
+from salvagelane.runtime.budget import priced_healths, today_amounts
 from salvagelane.runtime.settings import DEFAULT_QUEUE_STALL_SECONDS
 from salvagelane.safe_text import block, line
 from salvagelane.store import BulkSelection, QuarantineDetail, QuarantineFilter, Store
@@ -111,6 +111,7 @@ def templates() -> jinja2.Environment:
     env.filters["snippet"] = views.snippet
     env.filters["item_number"] = item_number
     env.filters["place_in_output"] = place_in_output
+    env.filters["budget_amounts"] = today_amounts
     return env
 
 
